@@ -1,0 +1,14 @@
+//! The experiment file: schema, layered loading and validation.
+//!
+//! `load` is the only way in: it returns a fully validated [`Experiment`] (one resolved
+//! [`Settings`] per condition) or every problem found, each naming where it came from.
+
+mod load;
+mod problem;
+mod schema;
+mod validate;
+
+pub use load::{Condition, ConfigError, ENV_PREFIX, Experiment, Overrides, load, load_str};
+pub use problem::{KeyPath, Location, Problem, Seg};
+pub use schema::*;
+pub use validate::{MODEL_INPUT_SIDE, dataset_len, fashion_mnist_len};

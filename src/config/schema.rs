@@ -1,0 +1,497 @@
+//! The experiment schema: every setting one condition of an experiment runs with.
+//!
+//! Each default is the value of the reference protocol (the seed article: FashionMNIST,
+//! RandomResizedCrop(28, 0.75–1.0), RandomRotation(15), ToTensor, batch 256, Adam 1e-3,
+//! 40 + 100 steps, 3 alternating rounds, 20 profiled steps), so an empty `[section]` means
+//! "as the article did it". `Settings::default()` serialised to TOML is also the schema the
+//! raw checker walks, so a field added here is known to validation without further work.
+
+use serde::{Deserialize, Serialize};
+
+/// The resolved settings of one condition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    pub experiment: ExperimentSection,
+    pub dataset: DatasetSection,
+    pub transforms: Vec<TransformSpec>,
+    pub loader: LoaderSection,
+    pub model: ModelSection,
+    pub optimizer: OptimizerSection,
+    pub device: DeviceSection,
+    pub protocol: ProtocolSection,
+    pub report: ReportSection,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            experiment: ExperimentSection::default(),
+            dataset: DatasetSection::default(),
+            transforms: seed_transforms(),
+            loader: LoaderSection::default(),
+            model: ModelSection::default(),
+            optimizer: OptimizerSection::default(),
+            device: DeviceSection::default(),
+            protocol: ProtocolSection::default(),
+            report: ReportSection::default(),
+        }
+    }
+}
+
+/// The seed's CPU chain: RandomResizedCrop(28, scale=(0.75, 1.0)), RandomRotation(15), ToTensor.
+pub fn seed_transforms() -> Vec<TransformSpec> {
+    vec![
+        TransformSpec::RandomResizedCrop(RandomResizedCropSpec {
+            size: 28,
+            scale: [0.75, 1.0],
+            ..RandomResizedCropSpec::default()
+        }),
+        TransformSpec::RandomRotation(RandomRotationSpec {
+            degrees: 15.0,
+            fill: 0,
+        }),
+        TransformSpec::ToTensor(ToTensorSpec {}),
+    ]
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExperimentSection {
+    /// Names the results folder and the report.
+    pub name: String,
+    pub description: String,
+    /// Drives the shuffle order, every random transform parameter, the initial weights and the
+    /// `shuffled` run order.
+    pub seed: u64,
+    /// Results folder; empty means `reports/<name>`.
+    pub output: String,
+}
+
+impl Default for ExperimentSection {
+    fn default() -> Self {
+        ExperimentSection {
+            name: "experiment".into(),
+            description: String::new(),
+            seed: 42,
+            output: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DatasetKind {
+    FashionMnist,
+    Synthetic,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    Train,
+    Test,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatasetSection {
+    pub kind: DatasetKind,
+    /// Folder holding `FashionMNIST/raw/` (torchvision's layout, so its downloads are reused).
+    pub root: String,
+    pub split: Split,
+    /// Fetch missing FashionMNIST files from `mirrors`; when false a missing file is an error.
+    pub download: bool,
+    /// Base URLs tried in order; each must serve the four `*-ubyte.gz` files.
+    pub mirrors: Vec<String>,
+    /// Number of images of the synthetic dataset.
+    pub synthetic_size: u64,
+    /// Number of classes of the synthetic dataset.
+    pub synthetic_classes: u64,
+}
+
+pub const DEFAULT_MIRRORS: [&str; 2] = [
+    // torchvision's mirror, then the dataset authors' repository.
+    "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+    "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
+];
+
+impl Default for DatasetSection {
+    fn default() -> Self {
+        DatasetSection {
+            kind: DatasetKind::FashionMnist,
+            root: "data".into(),
+            split: Split::Train,
+            download: true,
+            mirrors: DEFAULT_MIRRORS.iter().map(|s| s.to_string()).collect(),
+            synthetic_size: 60_000,
+            synthetic_classes: 10,
+        }
+    }
+}
+
+/// One op of the CPU transform pipeline, applied per sample in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TransformSpec {
+    RandomResizedCrop(RandomResizedCropSpec),
+    RandomRotation(RandomRotationSpec),
+    RandomHorizontalFlip(RandomHorizontalFlipSpec),
+    ToTensor(ToTensorSpec),
+    Normalize(NormalizeSpec),
+}
+
+impl TransformSpec {
+    pub const OPS: [&'static str; 5] = [
+        "random_resized_crop",
+        "random_rotation",
+        "random_horizontal_flip",
+        "to_tensor",
+        "normalize",
+    ];
+
+    /// The op with torchvision's defaults for its parameters.
+    pub fn with_defaults(op: &str) -> Option<TransformSpec> {
+        Some(match op {
+            "random_resized_crop" => TransformSpec::RandomResizedCrop(Default::default()),
+            "random_rotation" => TransformSpec::RandomRotation(Default::default()),
+            "random_horizontal_flip" => TransformSpec::RandomHorizontalFlip(Default::default()),
+            "to_tensor" => TransformSpec::ToTensor(ToTensorSpec {}),
+            "normalize" => TransformSpec::Normalize(Default::default()),
+            _ => return None,
+        })
+    }
+
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            TransformSpec::RandomResizedCrop(_) => "random_resized_crop",
+            TransformSpec::RandomRotation(_) => "random_rotation",
+            TransformSpec::RandomHorizontalFlip(_) => "random_horizontal_flip",
+            TransformSpec::ToTensor(_) => "to_tensor",
+            TransformSpec::Normalize(_) => "normalize",
+        }
+    }
+}
+
+/// torchvision `RandomResizedCrop(size, scale, ratio)`, bilinear resize.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RandomResizedCropSpec {
+    /// Output side in pixels (square).
+    pub size: u64,
+    /// Range of the crop's area as a fraction of the image.
+    pub scale: [f64; 2],
+    /// Range of the crop's aspect ratio (width / height), sampled log-uniformly.
+    pub ratio: [f64; 2],
+}
+
+impl Default for RandomResizedCropSpec {
+    fn default() -> Self {
+        RandomResizedCropSpec {
+            size: 28,
+            scale: [0.08, 1.0],
+            ratio: [3.0 / 4.0, 4.0 / 3.0],
+        }
+    }
+}
+
+/// torchvision `RandomRotation(degrees)`: angle uniform in [-degrees, degrees], nearest
+/// neighbour, same size, about the centre.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RandomRotationSpec {
+    pub degrees: f64,
+    /// Grey level (0–255) of the corners uncovered by the rotation.
+    pub fill: u8,
+}
+
+impl Default for RandomRotationSpec {
+    fn default() -> Self {
+        RandomRotationSpec {
+            degrees: 15.0,
+            fill: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RandomHorizontalFlipSpec {
+    /// Probability of flipping.
+    pub p: f64,
+}
+
+impl Default for RandomHorizontalFlipSpec {
+    fn default() -> Self {
+        RandomHorizontalFlipSpec { p: 0.5 }
+    }
+}
+
+/// torchvision `ToTensor`: CHW float32 in [0, 1].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToTensorSpec {}
+
+/// torchvision `Normalize(mean, std)`, one value per channel (FashionMNIST has one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NormalizeSpec {
+    pub mean: Vec<f64>,
+    pub std: Vec<f64>,
+}
+
+impl Default for NormalizeSpec {
+    fn default() -> Self {
+        // FashionMNIST's training-set statistics.
+        NormalizeSpec {
+            mean: vec![0.2860],
+            std: vec![0.3530],
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoaderSection {
+    pub batch_size: u64,
+    /// 0: the training thread builds each batch itself; N: N persistent worker threads.
+    pub workers: u64,
+    /// Batches in flight per worker.
+    pub prefetch_factor: u64,
+    /// Page-locked host buffers for asynchronous copies (CUDA builds only).
+    pub pin_memory: bool,
+    /// Workers survive from one epoch to the next.
+    pub persistent_workers: bool,
+    pub shuffle: bool,
+    pub drop_last: bool,
+}
+
+impl Default for LoaderSection {
+    fn default() -> Self {
+        LoaderSection {
+            batch_size: 256,
+            workers: 0,
+            prefetch_factor: 2,
+            pin_memory: true,
+            persistent_workers: true,
+            shuffle: true,
+            drop_last: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    SmallCnn,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelSection {
+    pub kind: ModelKind,
+}
+
+impl Default for ModelSection {
+    fn default() -> Self {
+        ModelSection {
+            kind: ModelKind::SmallCnn,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizerKind {
+    Adam,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptimizerSection {
+    pub kind: OptimizerKind,
+    pub lr: f64,
+    pub betas: [f64; 2],
+    pub eps: f64,
+}
+
+impl Default for OptimizerSection {
+    fn default() -> Self {
+        OptimizerSection {
+            kind: OptimizerKind::Adam,
+            lr: 1e-3,
+            betas: [0.9, 0.999],
+            eps: 1e-8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    /// CUDA when this build has it and a GPU answers, else the CPU.
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeviceSection {
+    pub kind: DeviceKind,
+    /// CUDA device ordinal.
+    pub ordinal: u64,
+    /// CPU compute threads; 0 means all cores.
+    pub threads: u64,
+    /// Allow TF32 matrix products on CUDA (the seed disabled it).
+    pub tf32: bool,
+}
+
+impl Default for DeviceSection {
+    fn default() -> Self {
+        DeviceSection {
+            kind: DeviceKind::Auto,
+            ordinal: 0,
+            threads: 0,
+            tf32: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOrder {
+    /// The order is reversed in every odd round: (a, b), (b, a), (a, b), …
+    Alternate,
+    /// The same order every round.
+    Fixed,
+    /// A permutation per round drawn from the experiment seed.
+    Shuffled,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProtocolSection {
+    /// Untimed steps before the timed window (worker start-up is never timed).
+    pub warmup_steps: u64,
+    pub timed_steps: u64,
+    /// Each round runs every condition once.
+    pub rounds: u64,
+    pub order: RunOrder,
+    /// Record a Chrome trace in a separate, untimed run per condition.
+    pub profile: bool,
+    pub profile_steps: u64,
+}
+
+impl Default for ProtocolSection {
+    fn default() -> Self {
+        ProtocolSection {
+            warmup_steps: 40,
+            timed_steps: 100,
+            rounds: 3,
+            order: RunOrder::Alternate,
+            profile: true,
+            profile_steps: 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageFormat {
+    Svg,
+    Png,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportSection {
+    /// The condition the others are compared with; empty means the first.
+    pub baseline: String,
+    pub charts: bool,
+    pub formats: Vec<ImageFormat>,
+}
+
+impl Default for ReportSection {
+    fn default() -> Self {
+        ReportSection {
+            baseline: String::new(),
+            charts: true,
+            formats: vec![ImageFormat::Svg, ImageFormat::Png],
+        }
+    }
+}
+
+/// The allowed words of every string setting that is an enum, by dotted path without indices.
+pub fn choices(path: &str) -> Option<&'static [&'static str]> {
+    Some(match path {
+        "dataset.kind" => &["fashion_mnist", "synthetic"],
+        "dataset.split" => &["train", "test"],
+        "model.kind" => &["small_cnn"],
+        "optimizer.kind" => &["adam"],
+        "device.kind" => &["auto", "cpu", "cuda"],
+        "protocol.order" => &["alternate", "fixed", "shuffled"],
+        "report.formats" => &["svg", "png"],
+        _ => return None,
+    })
+}
+
+/// Settings whose value is a pair `[low, high]`, by their last key.
+pub fn is_pair(key: &str) -> bool {
+    matches!(key, "scale" | "ratio" | "betas")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_choice_deserialises() {
+        let value = toml::Value::try_from(Settings::default()).unwrap();
+        let table = value.as_table().unwrap();
+        for (section, key) in [
+            ("dataset", "kind"),
+            ("dataset", "split"),
+            ("model", "kind"),
+            ("optimizer", "kind"),
+            ("device", "kind"),
+            ("protocol", "order"),
+        ] {
+            for word in choices(&format!("{section}.{key}")).unwrap() {
+                let mut t = table.clone();
+                t[section].as_table_mut().unwrap()[key] = toml::Value::String(word.to_string());
+                let parsed: Result<Settings, _> = toml::Value::Table(t).try_into();
+                assert!(parsed.is_ok(), "{section}.{key} = {word}: {parsed:?}");
+            }
+        }
+        for word in choices("report.formats").unwrap() {
+            let f: ImageFormat = toml::Value::String(word.to_string()).try_into().unwrap();
+            assert_eq!(serde_json::to_value(f).unwrap(), *word);
+        }
+    }
+
+    #[test]
+    fn transforms_round_trip_and_reject_unknown_params() {
+        let text = r#"
+            [[transforms]]
+            op = "random_resized_crop"
+            scale = [0.5, 1.0]
+            [[transforms]]
+            op = "to_tensor"
+        "#;
+        let s: Settings = toml::from_str(text).unwrap();
+        assert_eq!(s.transforms.len(), 2);
+        match &s.transforms[0] {
+            TransformSpec::RandomResizedCrop(c) => {
+                assert_eq!(c.scale, [0.5, 1.0]);
+                assert_eq!(c.size, 28);
+            }
+            other => panic!("{other:?}"),
+        }
+        let bad = "[[transforms]]\nop = \"random_rotation\"\ndegree = 3\n";
+        assert!(toml::from_str::<Settings>(bad).is_err());
+        for op in TransformSpec::OPS {
+            assert_eq!(TransformSpec::with_defaults(op).unwrap().op_name(), op);
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! loaderlab: declarative experiments that answer "is my GPU waiting for data?".
+//!
+//! Data flows one way: [`config`] (file → validated settings per condition) → [`plan`] (runs in
+//! order) → runner → analysis → report.
+
+pub mod config;
+pub mod data;
+pub mod hash;
+pub mod loader;
+pub mod plan;
+pub mod runner;
+pub mod trace;
+pub mod train;
+pub mod transforms;

@@ -1,0 +1,169 @@
+//! The raw measurement files: their names, columns and CSV encoding. The runner writes them,
+//! analysis and verify read them; both use these constants.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+pub const STEPS_CSV: &str = "steps.csv";
+pub const RUNS_CSV: &str = "runs.csv";
+pub const RUN_JSON: &str = "run.json";
+pub const PLAN_JSON: &str = "plan.json";
+pub const CONFIG_TOML: &str = "config.resolved.toml";
+pub const TRACES_DIR: &str = "traces";
+
+pub const STEP_COLUMNS: [&str; 12] = [
+    "run",
+    "condition",
+    "round",
+    "position",
+    "step",
+    "batch_wait_ms",
+    "h2d_ms",
+    "compute_ms",
+    "step_ms",
+    "loss",
+    "fingerprint",
+    "epoch",
+];
+
+pub const RUN_COLUMNS: [&str; 11] = [
+    "run",
+    "condition",
+    "round",
+    "position",
+    "workers",
+    "startup_ms",
+    "elapsed_s",
+    "images",
+    "img_per_s",
+    "device",
+    "interrupted",
+];
+
+/// One timed step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRecord {
+    pub run: usize,
+    pub condition: String,
+    pub round: usize,
+    pub position: usize,
+    pub step: usize,
+    pub batch_wait_ms: f64,
+    pub h2d_ms: f64,
+    pub compute_ms: f64,
+    pub step_ms: f64,
+    pub loss: f64,
+    pub fingerprint: u64,
+    pub epoch: u64,
+}
+
+/// One timed run's totals.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub run: usize,
+    pub condition: String,
+    pub round: usize,
+    pub position: usize,
+    pub workers: u64,
+    pub startup_ms: f64,
+    pub elapsed_s: f64,
+    pub images: u64,
+    pub img_per_s: f64,
+    pub device: String,
+    pub interrupted: bool,
+}
+
+/// A CSV field, quoted when it holds a comma, quote or line break.
+pub fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+impl StepRecord {
+    pub fn to_csv(&self) -> String {
+        format!(
+            "{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:016x},{}\n",
+            self.run,
+            csv_field(&self.condition),
+            self.round,
+            self.position,
+            self.step,
+            self.batch_wait_ms,
+            self.h2d_ms,
+            self.compute_ms,
+            self.step_ms,
+            self.loss,
+            self.fingerprint,
+            self.epoch
+        )
+    }
+}
+
+impl RunRecord {
+    pub fn to_csv(&self) -> String {
+        format!(
+            "{},{},{},{},{},{:.6},{:.6},{},{:.6},{},{}\n",
+            self.run,
+            csv_field(&self.condition),
+            self.round,
+            self.position,
+            self.workers,
+            self.startup_ms,
+            self.elapsed_s,
+            self.images,
+            self.img_per_s,
+            csv_field(&self.device),
+            self.interrupted
+        )
+    }
+}
+
+/// An append-only CSV file, each row written through to the OS as soon as it is measured.
+pub struct CsvAppender {
+    file: File,
+}
+
+impl CsvAppender {
+    pub fn create(path: &Path, columns: &[&str]) -> std::io::Result<Self> {
+        let mut file = File::create(path)?;
+        file.write_all(format!("{}\n", columns.join(",")).as_bytes())?;
+        Ok(CsvAppender { file })
+    }
+
+    pub fn append(&mut self, row: &str) -> std::io::Result<()> {
+        self.file.write_all(row.as_bytes())
+    }
+}
+
+/// Write `contents` to `path` atomically: a temporary file in the same folder, then rename.
+pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!(
+        "{}.tmp",
+        path.extension().and_then(|e| e.to_str()).unwrap_or("")
+    ));
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(contents)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_with_commas_are_quoted() {
+        assert_eq!(csv_field("workers=4"), "workers=4");
+        assert_eq!(
+            csv_field("workers=4,batch_size=8"),
+            "\"workers=4,batch_size=8\""
+        );
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+}

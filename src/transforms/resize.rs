@@ -1,0 +1,277 @@
+//! RandomResizedCrop: torchvision's parameter sampling and Pillow's bilinear resize.
+//!
+//! The resize reproduces Pillow's `ImagingResample` for 8-bit images exactly: separable
+//! passes (horizontal, then vertical), triangle filter with support scaled when downsampling,
+//! coefficients normalised per output pixel, converted to 22-bit fixed point, rounded and
+//! clipped to 8 bits after each pass.
+
+use rand::Rng;
+
+/// A crop box in pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CropBox {
+    pub top: usize,
+    pub left: usize,
+    pub height: usize,
+    pub width: usize,
+}
+
+/// torchvision's `RandomResizedCrop.get_params` for a `width`×`height` image.
+pub fn sample_crop<R: Rng>(
+    rng: &mut R,
+    width: usize,
+    height: usize,
+    scale: [f64; 2],
+    ratio: [f64; 2],
+) -> CropBox {
+    let area = (width * height) as f64;
+    let log_ratio = [ratio[0].ln(), ratio[1].ln()];
+    for _ in 0..10 {
+        let target_area = area * uniform(rng, scale[0], scale[1]);
+        let aspect = uniform(rng, log_ratio[0], log_ratio[1]).exp();
+        // Python's round(): half to even.
+        let w = (target_area * aspect).sqrt().round_ties_even() as i64;
+        let h = (target_area / aspect).sqrt().round_ties_even() as i64;
+        if 0 < w && w as usize <= width && 0 < h && h as usize <= height {
+            let (w, h) = (w as usize, h as usize);
+            let top = rng.random_range(0..=height - h);
+            let left = rng.random_range(0..=width - w);
+            return CropBox {
+                top,
+                left,
+                height: h,
+                width: w,
+            };
+        }
+    }
+    // Fallback: the central crop with the ratio clamped.
+    let in_ratio = width as f64 / height as f64;
+    let (w, h) = if in_ratio < ratio[0] {
+        (
+            width,
+            ((width as f64) / ratio[0]).round_ties_even() as usize,
+        )
+    } else if in_ratio > ratio[1] {
+        (
+            ((height as f64) * ratio[1]).round_ties_even() as usize,
+            height,
+        )
+    } else {
+        (width, height)
+    };
+    CropBox {
+        top: (height - h) / 2,
+        left: (width - w) / 2,
+        height: h,
+        width: w,
+    }
+}
+
+/// A uniform draw in [low, high), as `torch.empty(1).uniform_(low, high)`.
+pub fn uniform<R: Rng>(rng: &mut R, low: f64, high: f64) -> f64 {
+    low + (high - low) * rng.random::<f64>()
+}
+
+const PRECISION_BITS: u32 = 32 - 8 - 2;
+
+/// Reusable coefficient and intermediate buffers.
+#[derive(Debug, Default)]
+pub struct ResizeScratch {
+    bounds_h: Vec<(usize, usize)>,
+    coeffs_h: Vec<i32>,
+    bounds_v: Vec<(usize, usize)>,
+    coeffs_v: Vec<i32>,
+    temp: Vec<u8>,
+}
+
+/// Pillow's `precompute_coeffs` + `normalize_coeffs_8bpc` for the box [0, in_size).
+/// Returns the kernel size; fills `bounds` with (first input, count) per output.
+fn precompute(
+    in_size: usize,
+    out_size: usize,
+    bounds: &mut Vec<(usize, usize)>,
+    coeffs: &mut Vec<i32>,
+) -> usize {
+    let scale = in_size as f64 / out_size as f64;
+    let filterscale = scale.max(1.0);
+    let support = filterscale; // the triangle filter's support is 1
+    let ksize = support.ceil() as usize * 2 + 1;
+    bounds.clear();
+    coeffs.clear();
+    coeffs.resize(out_size * ksize, 0);
+    let mut k = vec![0f64; ksize];
+    for xx in 0..out_size {
+        let center = (xx as f64 + 0.5) * scale;
+        let ss = 1.0 / filterscale;
+        let xmin = ((center - support + 0.5) as i64).max(0) as usize;
+        let xmax = ((center + support + 0.5) as i64).min(in_size as i64) as usize - xmin;
+        let mut ww = 0.0;
+        for (x, kx) in k.iter_mut().enumerate().take(xmax) {
+            let t = ((x + xmin) as f64 - center + 0.5) * ss;
+            let w = if t.abs() < 1.0 { 1.0 - t.abs() } else { 0.0 };
+            *kx = w;
+            ww += w;
+        }
+        for x in 0..xmax {
+            let w = if ww != 0.0 { k[x] / ww } else { k[x] };
+            let scaled = w * (1u32 << PRECISION_BITS) as f64;
+            coeffs[xx * ksize + x] = if w < 0.0 {
+                (-0.5 + scaled) as i32
+            } else {
+                (0.5 + scaled) as i32
+            };
+        }
+        bounds.push((xmin, xmax));
+    }
+    ksize
+}
+
+#[inline]
+fn clip8(v: i32) -> u8 {
+    if v >= (1 << PRECISION_BITS << 8) {
+        255
+    } else if v <= 0 {
+        0
+    } else {
+        (v >> PRECISION_BITS) as u8
+    }
+}
+
+/// Crop `src` (`src_w` wide) to `b` and resize to `out_w`×`out_h` into `dst`, exactly as
+/// `Image.crop((left, top, left + width, top + height)).resize((out_w, out_h), BILINEAR)`.
+pub fn crop_resize(
+    src: &[u8],
+    src_w: usize,
+    b: CropBox,
+    out_w: usize,
+    out_h: usize,
+    dst: &mut [u8],
+    s: &mut ResizeScratch,
+) {
+    let (in_w, in_h) = (b.width, b.height);
+    if in_w == out_w && in_h == out_h {
+        for y in 0..out_h {
+            let row = &src[(b.top + y) * src_w + b.left..][..in_w];
+            dst[y * out_w..][..out_w].copy_from_slice(row);
+        }
+        return;
+    }
+    let need_h = in_w != out_w;
+    let need_v = in_h != out_h;
+    let ksize_h = precompute(in_w, out_w, &mut s.bounds_h, &mut s.coeffs_h);
+    let ksize_v = precompute(in_h, out_h, &mut s.bounds_v, &mut s.coeffs_v);
+    // Horizontal pass over every crop row (in_h rows of out_w), or a plain copy.
+    let temp_w = if need_h { out_w } else { in_w };
+    s.temp.clear();
+    s.temp.resize(temp_w * in_h, 0);
+    for y in 0..in_h {
+        let row = &src[(b.top + y) * src_w + b.left..][..in_w];
+        let out = &mut s.temp[y * temp_w..][..temp_w];
+        if need_h {
+            for (xx, o) in out.iter_mut().enumerate() {
+                let (xmin, n) = s.bounds_h[xx];
+                let k = &s.coeffs_h[xx * ksize_h..][..n];
+                let mut acc: i32 = 1 << (PRECISION_BITS - 1);
+                for (x, kx) in k.iter().enumerate() {
+                    acc += row[xmin + x] as i32 * kx;
+                }
+                *o = clip8(acc);
+            }
+        } else {
+            out.copy_from_slice(row);
+        }
+    }
+    if !need_v {
+        dst[..out_w * out_h].copy_from_slice(&s.temp[..out_w * out_h]);
+        return;
+    }
+    for yy in 0..out_h {
+        let (ymin, n) = s.bounds_v[yy];
+        let k = &s.coeffs_v[yy * ksize_v..][..n];
+        for xx in 0..out_w {
+            let mut acc: i32 = 1 << (PRECISION_BITS - 1);
+            for (y, ky) in k.iter().enumerate() {
+                acc += s.temp[(ymin + y) * temp_w + xx] as i32 * ky;
+            }
+            dst[yy * out_w + xx] = clip8(acc);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn crops_stay_inside_and_respect_scale() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        for _ in 0..2000 {
+            let b = sample_crop(&mut rng, 28, 28, [0.75, 1.0], [0.75, 4.0 / 3.0]);
+            assert!(b.top + b.height <= 28 && b.left + b.width <= 28, "{b:?}");
+            let area = (b.height * b.width) as f64 / 784.0;
+            assert!(area > 0.6 && area <= 1.0, "{b:?}");
+        }
+    }
+
+    #[test]
+    fn fallback_is_the_central_crop() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        // No area in [2, 3] × the image fits: every attempt fails.
+        let b = sample_crop(&mut rng, 28, 20, [2.0, 3.0], [1.0, 1.0]);
+        assert_eq!(
+            b,
+            CropBox {
+                top: 0,
+                left: 4,
+                height: 20,
+                width: 20
+            }
+        );
+    }
+
+    #[test]
+    fn identity_size_copies_the_crop() {
+        let src: Vec<u8> = (0..=255).cycle().take(784).collect();
+        let mut dst = vec![0u8; 100];
+        let mut s = ResizeScratch::default();
+        crop_resize(
+            &src,
+            28,
+            CropBox {
+                top: 3,
+                left: 5,
+                height: 10,
+                width: 10,
+            },
+            10,
+            10,
+            &mut dst,
+            &mut s,
+        );
+        assert_eq!(dst[0], src[3 * 28 + 5]);
+        assert_eq!(dst[99], src[12 * 28 + 14]);
+    }
+
+    #[test]
+    fn constant_image_stays_constant() {
+        let src = vec![77u8; 784];
+        let mut dst = vec![0u8; 784];
+        let mut s = ResizeScratch::default();
+        crop_resize(
+            &src,
+            28,
+            CropBox {
+                top: 2,
+                left: 1,
+                height: 23,
+                width: 25,
+            },
+            28,
+            28,
+            &mut dst,
+            &mut s,
+        );
+        assert!(dst.iter().all(|&v| v == 77));
+    }
+}
