@@ -172,7 +172,8 @@ pub fn ensure_files(
             continue;
         }
         let hint = format!(
-            "download {name}.gz from any FashionMNIST mirror into {dir} (MD5 {md5})",
+            "place {name}.gz (from any FashionMNIST mirror, MD5 {md5}) or the uncompressed \
+             {name} in {dir}",
             name = spec.name,
             dir = dir.display(),
             md5 = spec.md5
@@ -267,9 +268,12 @@ fn fetch(agent: &ureq::Agent, url: &str, part: &Path, quiet: bool) -> Result<(),
     let mut buf = vec![0u8; 1 << 16];
     let mut received: u64 = 0;
     loop {
-        let n = reader
-            .read(&mut buf)
-            .map_err(|e| format!("connection failed after {received} bytes: {e}"))?;
+        let n = reader.read(&mut buf).map_err(|e| match total {
+            Some(total) => {
+                format!("truncated: connection lost after {received} of {total} bytes ({e})")
+            }
+            None => format!("connection lost after {received} bytes: {e}"),
+        })?;
         if n == 0 {
             break;
         }

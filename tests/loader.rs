@@ -1,0 +1,96 @@
+//! The loader's failure behaviour: a panicking worker becomes an error naming the worker and
+//! the batch, never a hang, and dropping a loader joins its threads.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use loaderlab::config::seed_transforms;
+use loaderlab::data::{Dataset, IMAGE_PIXELS, Synthetic};
+use loaderlab::loader::{Loader, LoaderConfig, LoaderError};
+use loaderlab::transforms::Pipeline;
+
+/// A dataset whose image `bad` cannot be read.
+struct Faulty {
+    inner: Synthetic,
+    bad: usize,
+}
+
+impl Dataset for Faulty {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn label(&self, index: usize) -> u8 {
+        self.inner.label(index)
+    }
+    fn image_into(&self, index: usize, buf: &mut [u8]) {
+        assert!(index != self.bad, "image {index} is unreadable");
+        self.inner.image_into(index, &mut buf[..IMAGE_PIXELS]);
+    }
+    fn classes(&self) -> usize {
+        10
+    }
+    fn describe(&self) -> String {
+        "faulty".into()
+    }
+}
+
+fn config(workers: usize) -> LoaderConfig {
+    LoaderConfig {
+        batch_size: 8,
+        workers,
+        prefetch_factor: 2,
+        shuffle: false,
+        drop_last: true,
+        persistent_workers: true,
+        seed: 3,
+    }
+}
+
+#[test]
+fn a_panicking_worker_is_an_error_naming_worker_and_batch() {
+    // Without shuffling, sample 45 is in batch 5, which worker 5 mod 3 = 2 builds.
+    let dataset = Arc::new(Faulty {
+        inner: Synthetic::new(64, 10, 3),
+        bad: 45,
+    });
+    let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, 28));
+    let mut loader = Loader::new(dataset, pipeline, config(3)).unwrap();
+    let started = Instant::now();
+    let mut outcome = None;
+    for _ in 0..8 {
+        if let Err(e) = loader.next_batch() {
+            outcome = Some(e);
+            break;
+        }
+    }
+    let err = outcome.expect("the bad batch must surface as an error");
+    assert!(started.elapsed() < Duration::from_secs(10), "no hang");
+    match &err {
+        LoaderError::WorkerPanicked {
+            worker,
+            batch,
+            message,
+        } => {
+            assert_eq!((*worker, *batch), (2, 5));
+            assert!(message.contains("image 45 is unreadable"), "{message}");
+        }
+        other => panic!("unexpected {other}"),
+    }
+    assert!(
+        err.to_string()
+            .contains("loader worker 2 panicked while building batch 5")
+    );
+    drop(loader); // joins the other workers without hanging
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn dropping_a_busy_loader_returns_promptly() {
+    let dataset = Arc::new(Synthetic::new(4096, 10, 1));
+    let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 1, 28));
+    let mut loader = Loader::new(dataset, pipeline, config(2)).unwrap();
+    loader.next_batch().unwrap();
+    let started = Instant::now();
+    drop(loader);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
