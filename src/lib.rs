@@ -3,11 +3,14 @@
 //! Data flows one way: [`config`] (file → validated settings per condition) → [`plan`] (runs in
 //! order) → runner → analysis → report.
 
+pub mod analysis;
 pub mod config;
 pub mod data;
+pub mod environment;
 pub mod hash;
 pub mod loader;
 pub mod plan;
+pub mod report;
 pub mod runner;
 pub mod trace;
 pub mod train;

@@ -64,6 +64,11 @@ enum Command {
         #[arg(value_name = "FILE", required = true)]
         files: Vec<PathBuf>,
     },
+    /// Rebuild analysis, charts, result.json and report.md from a results folder alone.
+    Report {
+        #[arg(value_name = "RESULTS_DIR")]
+        dir: PathBuf,
+    },
     /// Print the expanded conditions and the run order.
     Plan {
         #[arg(value_name = "FILE")]
@@ -94,6 +99,16 @@ fn main() -> ExitCode {
     };
     match command {
         Command::Validate { files } => validate(&files, &overrides),
+        Command::Report { dir } => match loaderlab::report::build(&dir) {
+            Ok(_) => {
+                println!("{}", dir.join(loaderlab::report::REPORT_MD).display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: cannot build the report: {e}");
+                ExitCode::from(EXIT_FAILED)
+            }
+        },
         Command::Plan { file, format } => match config::load(&file, &overrides) {
             Ok(exp) => {
                 let plan = plan::build(&exp);
@@ -177,6 +192,16 @@ fn run(exp: &config::Experiment, global: &Global) -> ExitCode {
     match runner::run(exp, &plan, &opts) {
         Ok(_meta) => {
             let partial = runner::partial_dir(&out);
+            let analysis = match loaderlab::report::build(&partial) {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!(
+                        "error: the measurements are complete in {} but the report failed: {e}",
+                        partial.display()
+                    );
+                    return ExitCode::from(EXIT_FAILED);
+                }
+            };
             if let Err(e) = runner::promote(&partial, &out) {
                 eprintln!(
                     "error: the run finished but its results could not be moved from {} to {}: {e}",
@@ -185,7 +210,11 @@ fn run(exp: &config::Experiment, global: &Global) -> ExitCode {
                 );
                 return ExitCode::from(EXIT_FAILED);
             }
-            println!("results: {}", out.display());
+            print!("{}", summary_table(&analysis));
+            println!(
+                "report: {}",
+                out.join(loaderlab::report::REPORT_MD).display()
+            );
             ExitCode::SUCCESS
         }
         Err(RunError::Interrupted { partial }) => {
@@ -201,4 +230,35 @@ fn run(exp: &config::Experiment, global: &Global) -> ExitCode {
             ExitCode::from(EXIT_FAILED)
         }
     }
+}
+
+/// The short summary for stdout at the end of a run.
+fn summary_table(a: &loaderlab::analysis::Analysis) -> String {
+    use loaderlab::report::thousands;
+    let width = a
+        .conditions
+        .iter()
+        .map(|c| c.condition.len())
+        .max()
+        .unwrap_or(9)
+        .max(9);
+    let mut out = format!(
+        "{:<width$}  {:>10}  {:>14}  {:>16}  {:>13}\n",
+        "condition", "img/s", "speed-up", "batch_wait p50", "waiting share"
+    );
+    for c in &a.conditions {
+        let speed = c
+            .speedup
+            .as_ref()
+            .map_or("baseline".to_string(), |s| format!("{:.2}×", s.ratio));
+        out.push_str(&format!(
+            "{:<width$}  {:>10}  {:>14}  {:>13.3} ms  {:>12.0} %\n",
+            c.condition,
+            thousands(c.img_per_s_median),
+            speed,
+            c.batch_wait_p50_ms,
+            c.wait_share * 100.0
+        ));
+    }
+    out
 }

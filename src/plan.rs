@@ -6,21 +6,21 @@
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{Experiment, RunOrder, Settings};
 
 /// Mixed into the experiment seed so the run order does not share a stream with the data.
 const ORDER_STREAM: u64 = 0x6f72_6465_725f_7273;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Plan {
     pub experiment: PlanExperiment,
     pub conditions: Vec<PlanCondition>,
     pub runs: Vec<PlannedRun>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PlanExperiment {
     pub name: String,
     pub description: String,
@@ -34,7 +34,7 @@ pub struct PlanExperiment {
     pub profile_steps: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PlanCondition {
     pub name: String,
     pub overrides: toml::Table,
@@ -42,14 +42,14 @@ pub struct PlanCondition {
 }
 
 /// One timed run. `round` and `position` count from 0.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedRun {
     pub index: usize,
     pub round: usize,
     pub position: usize,
     pub condition: String,
     /// Index into `Plan::conditions`.
-    #[serde(skip)]
+    #[serde(skip, default)]
     pub condition_index: usize,
 }
 

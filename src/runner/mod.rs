@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{DeviceKind, Experiment, Settings};
 use crate::data::{self, DataError, Dataset, IMAGE_SIDE};
@@ -77,7 +77,7 @@ pub struct RunOptions {
 }
 
 /// What the runner learned besides the raw rows, written to `run.json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunMeta {
     pub experiment: String,
     pub file: String,
@@ -93,9 +93,10 @@ pub struct RunMeta {
     pub notices: Vec<String>,
     pub interrupted: bool,
     pub timing_note: String,
+    pub environment: crate::environment::Environment,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConditionMeta {
     pub name: String,
     pub device: String,
@@ -484,6 +485,9 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
         notices,
         interrupted,
         timing_note: TIMING_NOTE.into(),
+        environment: crate::environment::Environment::capture(
+            devices.values().map(|c| c.name.clone()).collect(),
+        ),
     };
     let meta_json = serde_json::to_vec_pretty(&meta).unwrap_or_default();
     write_atomic(&partial.join(RUN_JSON), &meta_json).map_err(out_err(&partial))?;
