@@ -84,7 +84,7 @@ impl<'a> ChartData<'a> {
             col("compute_ms")?,
             col("step_ms")?,
         );
-        let mut runs: Vec<(usize, i64, Vec<(f64, StepTimes)>)> = Vec::new();
+        let mut runs = Vec::new();
         for r in &analysis.runs {
             let Some(ci) = conditions.iter().position(|n| *n == r.condition) else {
                 continue;
@@ -94,15 +94,12 @@ impl<'a> ChartData<'a> {
                 .map(|i| (step_col[i], [w[i], h[i], c[i], s[i]]))
                 .collect();
             rows.sort_by(|a, b| a.0.total_cmp(&b.0));
-            runs.push((ci, r.run, rows));
+            runs.push((ci, r.run, rows.into_iter().map(|(_, v)| v).collect()));
         }
         Ok(ChartData {
             analysis,
             conditions,
-            runs: runs
-                .into_iter()
-                .map(|(c, r, rows)| (c, r, rows.into_iter().map(|(_, v)| v).collect()))
-                .collect(),
+            runs,
         })
     }
 }
