@@ -15,3 +15,4 @@ pub mod runner;
 pub mod trace;
 pub mod train;
 pub mod transforms;
+pub mod verify;

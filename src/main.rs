@@ -69,6 +69,12 @@ enum Command {
         #[arg(value_name = "RESULTS_DIR")]
         dir: PathBuf,
     },
+    /// Check a results folder: counts, every figure recomputed from the raw rows, traces,
+    /// fingerprints. Exits non-zero on any failure.
+    Verify {
+        #[arg(value_name = "RESULTS_DIR")]
+        dir: PathBuf,
+    },
     /// Print the expanded conditions and the run order.
     Plan {
         #[arg(value_name = "FILE")]
@@ -99,6 +105,25 @@ fn main() -> ExitCode {
     };
     match command {
         Command::Validate { files } => validate(&files, &overrides),
+        Command::Verify { dir } => {
+            let checks = loaderlab::verify::verify(&dir);
+            let failed = checks.iter().filter(|c| !c.ok).count();
+            for c in &checks {
+                println!(
+                    "{} {}: {}",
+                    if c.ok { "ok  " } else { "FAIL" },
+                    c.name,
+                    c.detail
+                );
+            }
+            if failed == 0 {
+                println!("all {} checks passed", checks.len());
+                ExitCode::SUCCESS
+            } else {
+                println!("{failed} of {} checks failed", checks.len());
+                ExitCode::from(EXIT_FAILED)
+            }
+        }
         Command::Report { dir } => match loaderlab::report::build(&dir) {
             Ok(_) => {
                 println!("{}", dir.join(loaderlab::report::REPORT_MD).display());

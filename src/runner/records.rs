@@ -106,7 +106,7 @@ impl StepRecord {
 impl RunRecord {
     pub fn to_csv(&self) -> String {
         format!(
-            "{},{},{},{},{},{:.6},{:.6},{},{:.6},{},{}\n",
+            "{},{},{},{},{},{:.6},{:.9},{},{:.6},{},{}\n",
             self.run,
             csv_field(&self.condition),
             self.round,

@@ -1,0 +1,411 @@
+//! The whole pipeline through the real binary on generated data: run, files, traces, report,
+//! verify and its tampering checks, rebuilding the report, Ctrl-C, and bad output folders.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command as StdCommand, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+
+fn loaderlab() -> Command {
+    let mut cmd = Command::cargo_bin("loaderlab").unwrap();
+    for (k, _) in std::env::vars() {
+        if k.starts_with("LOADERLAB_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// A small experiment: 2 conditions × 2 rounds × 12 timed steps of batch 16.
+const QUICK: &str = r#"
+[experiment]
+name = "quick"
+seed = 5
+
+[dataset]
+kind = "synthetic"
+synthetic_size = 512
+
+[loader]
+batch_size = 16
+
+[device]
+kind = "cpu"
+threads = 1
+
+[protocol]
+warmup_steps = 2
+timed_steps = 12
+rounds = 2
+profile_steps = 4
+
+[matrix]
+"loader.workers" = [0, 2]
+"#;
+
+fn csv_rows(path: &Path) -> Vec<Vec<String>> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect()
+}
+
+fn run_quick(dir: &Path) -> PathBuf {
+    let file = dir.join("quick.toml");
+    std::fs::write(&file, QUICK).unwrap();
+    let out = dir.join("results");
+    let output = loaderlab()
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("workers=2") && stdout.contains("report:"),
+        "{stdout}"
+    );
+    out
+}
+
+#[test]
+fn a_run_writes_every_file_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_quick(dir.path());
+    for f in [
+        "steps.csv",
+        "runs.csv",
+        "config.resolved.toml",
+        "plan.json",
+        "run.json",
+        "result.json",
+        "report.md",
+        "summary.csv",
+        "steps.parquet",
+        "charts/throughput.svg",
+        "charts/throughput.png",
+        "charts/batch_wait.svg",
+        "charts/timeline.png",
+        "charts/step_time.svg",
+        "traces/workers=0.json",
+        "traces/workers=2.json",
+    ] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    assert!(!dir.path().join("results.partial").exists());
+
+    let steps = csv_rows(&out.join("steps.csv"));
+    assert_eq!(steps.len(), 4 * 12);
+    let runs = csv_rows(&out.join("runs.csv"));
+    assert_eq!(runs.len(), 4);
+    assert!(runs.iter().all(|r| r[10] == "false"));
+
+    // Same batches for every run: the fingerprint sequence of each run is identical.
+    let seq = |run: &str| {
+        steps
+            .iter()
+            .filter(|r| r[0] == run)
+            .map(|r| r[10].clone())
+            .collect::<Vec<_>>()
+    };
+    for run in ["1", "2", "3"] {
+        assert_eq!(seq(run), seq("0"));
+    }
+    // Each run starts from the same weights: the first loss is identical in every run.
+    let first_loss: Vec<&String> = steps
+        .iter()
+        .filter(|r| r[4] == "0")
+        .map(|r| &r[9])
+        .collect();
+    assert!(
+        first_loss.windows(2).all(|w| w[0] == w[1]),
+        "{first_loss:?}"
+    );
+
+    // Traces: valid JSON, profile_steps spans of each stage on the training thread, small.
+    for c in ["workers=0", "workers=2"] {
+        let path = out.join("traces").join(format!("{c}.json"));
+        assert!(std::fs::metadata(&path).unwrap().len() < 1_000_000);
+        let events: Vec<serde_json::Value> =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for name in ["batch_wait", "h2d_transfer", "forward_backward_adam"] {
+            let n = events
+                .iter()
+                .filter(|e| e["ph"] == "B" && e["name"] == name)
+                .count();
+            assert_eq!(n, 4, "{c}: {name}");
+        }
+        if c == "workers=2" {
+            let names: Vec<&str> = events
+                .iter()
+                .filter(|e| e["ph"] == "M")
+                .filter_map(|e| e["args"]["name"].as_str())
+                .collect();
+            assert!(
+                names.contains(&"loader-worker-0") && names.contains(&"loader-worker-1"),
+                "{names:?}"
+            );
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e["name"] == "build_batch" && !e["args"]["batch"].is_null())
+            );
+        }
+    }
+
+    // The report states a verdict and the results table.
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for needle in [
+        "## Verdict",
+        "## Results",
+        "workers=2",
+        "charts/throughput.svg",
+        "Perfetto",
+        "## Reproduce",
+    ] {
+        assert!(report.contains(needle), "{needle} missing");
+    }
+
+    // verify passes on the untouched folder.
+    loaderlab().arg("verify").arg(&out).assert().success();
+
+    // report rebuilds the same report.md from the folder alone.
+    std::fs::remove_file(out.join("report.md")).unwrap();
+    std::fs::remove_dir_all(out.join("charts")).unwrap();
+    loaderlab().arg("report").arg(&out).assert().success();
+    assert_eq!(
+        std::fs::read_to_string(out.join("report.md")).unwrap(),
+        report
+    );
+    assert!(out.join("charts/throughput.png").is_file());
+
+    // verify fails on each kind of tampering.
+    let tamper = |file: &str, edit: &dyn Fn(String) -> String, needle: &str| {
+        let copy = dir
+            .path()
+            .join(format!("tampered-{}", file.replace('/', "_")));
+        copy_dir(&out, &copy);
+        let path = copy.join(file);
+        std::fs::write(&path, edit(std::fs::read_to_string(&path).unwrap())).unwrap();
+        let output = loaderlab().arg("verify").arg(&copy).output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        assert!(!output.status.success(), "{file}: verify passed:\n{stdout}");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with("FAIL") && l.contains(needle)),
+            "{file}: no FAIL line about {needle}:\n{stdout}"
+        );
+    };
+    tamper(
+        "steps.csv",
+        &|t| {
+            let mut lines: Vec<&str> = t.lines().collect();
+            lines.remove(7);
+            lines.join("\n") + "\n"
+        },
+        "steps.csv rows",
+    );
+    tamper(
+        "summary.csv",
+        &|t| {
+            let mut lines: Vec<String> = t.lines().map(str::to_string).collect();
+            let mut cells: Vec<String> = lines[1].split(',').map(str::to_string).collect();
+            cells[3] = "99999.0".into();
+            lines[1] = cells.join(",");
+            lines.join("\n") + "\n"
+        },
+        "summary.csv",
+    );
+    tamper(
+        "result.json",
+        &|t| t.replacen("\"img_per_s_median\": ", "\"img_per_s_median\": 1", 1),
+        "result.json",
+    );
+    tamper(
+        "traces/workers=2.json",
+        &|t| t[..t.len() / 2].to_string(),
+        "trace of workers=2",
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn loss_falls_on_synthetic_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("learn.toml");
+    std::fs::write(
+        &file,
+        r#"
+[experiment]
+name = "learn"
+[dataset]
+kind = "synthetic"
+synthetic_size = 4096
+[[transforms]]
+op = "to_tensor"
+[loader]
+batch_size = 32
+[device]
+kind = "cpu"
+[optimizer]
+lr = 0.003
+[protocol]
+warmup_steps = 0
+timed_steps = 40
+rounds = 1
+profile = false
+"#,
+    )
+    .unwrap();
+    let out = dir.path().join("r");
+    let status = loaderlab()
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .arg("-q")
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let losses: Vec<f64> = csv_rows(&out.join("steps.csv"))
+        .iter()
+        .map(|r| r[9].parse().unwrap())
+        .collect();
+    let first: f64 = losses[..5].iter().sum::<f64>() / 5.0;
+    let last: f64 = losses[35..].iter().sum::<f64>() / 5.0;
+    assert!(last < 0.7 * first, "loss {first:.3} → {last:.3}");
+}
+
+#[test]
+fn ctrl_c_keeps_rows_and_leaves_earlier_results_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_quick(dir.path());
+    let before = std::fs::read_to_string(out.join("steps.csv")).unwrap();
+    // A long experiment into the same folder, interrupted mid-run.
+    let file = dir.path().join("long.toml");
+    std::fs::write(
+        &file,
+        QUICK.replace("timed_steps = 12", "timed_steps = 100000"),
+    )
+    .unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("loaderlab");
+    let mut child = StdCommand::new(bin)
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let partial = dir.path().join("results.partial");
+    let started = Instant::now();
+    while csv_rows_if(&partial.join("steps.csv")) < 5 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no rows appeared"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = StdCommand::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let code = child.wait().unwrap().code();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    // Earlier complete results untouched.
+    assert_eq!(
+        std::fs::read_to_string(out.join("steps.csv")).unwrap(),
+        before
+    );
+    // The partial folder keeps every measured row and marks the run interrupted.
+    assert!(csv_rows_if(&partial.join("steps.csv")) >= 5);
+    let runs = csv_rows(&partial.join("runs.csv"));
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0][10], "true");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(partial.join("run.json")).unwrap()).unwrap();
+    assert_eq!(meta["interrupted"], true);
+}
+
+fn csv_rows_if(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().count().saturating_sub(1))
+        .unwrap_or(0)
+}
+
+#[test]
+fn unwritable_output_is_an_error_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("quick.toml");
+    std::fs::write(&file, QUICK).unwrap();
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, "not a folder").unwrap();
+    let started = Instant::now();
+    let output = loaderlab()
+        .arg(&file)
+        .arg("--out")
+        .arg(blocker.join("results"))
+        .arg("-q")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot use the output folder") && stderr.contains("a-file"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "failed before any training"
+    );
+}
+
+#[test]
+fn cuda_on_a_cpu_build_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("quick.toml");
+    std::fs::write(&file, QUICK).unwrap();
+    let output = loaderlab()
+        .arg(&file)
+        .args(["--set", "device.kind=cuda", "-q", "--out"])
+        .arg(dir.path().join("o"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("built without CUDA support") && stderr.contains("--features cuda"),
+        "{stderr}"
+    );
+}
