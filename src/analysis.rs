@@ -20,6 +20,10 @@ use crate::runner::RunMeta;
 use crate::runner::records::{PLAN_JSON, RUN_JSON, RUNS_CSV, STEPS_CSV};
 use crate::trace;
 
+/// An order effect is flagged only when the gap between first-position and later runs exceeds
+/// both the spread within positions and this share of the condition's median throughput.
+pub const ORDER_NOISE_FLOOR: f64 = 0.02;
+
 /// Bootstrap resamples for confidence intervals.
 pub const BOOTSTRAP_RESAMPLES: usize = 10_000;
 
@@ -526,14 +530,17 @@ fn order_effect(runs: &[&&RunSummary]) -> OrderEffect {
     };
     let spread = range(&first).max(range(&later));
     let difference = median(&later) - median(&first);
-    // With one run per group there is no spread to compare against.
+    // With one run per group there is no spread to compare against; gaps under
+    // ORDER_NOISE_FLOOR of the median are run-to-run noise on any machine.
     let measurable = first.len() > 1 || later.len() > 1;
+    let all: Vec<f64> = first.iter().chain(&later).copied().collect();
+    let floor = ORDER_NOISE_FLOOR * median(&all);
     OrderEffect {
         first_median_img_per_s: Some(median(&first)),
         later_median_img_per_s: Some(median(&later)),
         difference: Some(difference),
         spread: Some(spread),
-        flagged: measurable && difference.abs() > spread,
+        flagged: measurable && difference.abs() > spread && difference.abs() > floor,
     }
 }
 

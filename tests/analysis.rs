@@ -1,0 +1,250 @@
+//! Statistics on hand-made results folders with known answers, and a snapshot of report.md.
+
+use std::path::Path;
+
+use loaderlab::analysis::{Raw, analyse};
+use loaderlab::config::{Overrides, load_str};
+use loaderlab::environment::Environment;
+use loaderlab::plan;
+use loaderlab::runner::records::{RUN_COLUMNS, STEP_COLUMNS};
+use loaderlab::runner::{ConditionMeta, RunMeta};
+
+/// Two conditions, three alternating rounds (positions: A 0,1,0; B 1,0,1).
+const EXPERIMENT: &str = r#"
+[experiment]
+name = "handmade"
+seed = 1
+[dataset]
+kind = "synthetic"
+[protocol]
+warmup_steps = 1
+timed_steps = 4
+rounds = 3
+profile = false
+[report]
+charts = false
+[matrix]
+"loader.workers" = [0, 4]
+"#;
+
+/// Write a results folder: per run its img/s and its four steps' (batch_wait, compute) ms.
+fn folder(dir: &Path, img_per_s: [f64; 6], steps: impl Fn(usize) -> [(f64, f64); 4]) {
+    let exp = load_str(
+        Path::new("handmade.toml"),
+        EXPERIMENT,
+        &Overrides::default(),
+    )
+    .unwrap();
+    let plan = plan::build(&exp);
+    std::fs::write(dir.join("plan.json"), serde_json::to_string(&plan).unwrap()).unwrap();
+    let meta = RunMeta {
+        experiment: "handmade".into(),
+        file: "handmade.toml".into(),
+        command: "loaderlab handmade.toml".into(),
+        started_unix_s: 0,
+        finished_unix_s: 0,
+        loaderlab_version: "0.1.0".into(),
+        build_profile: "release".into(),
+        build_opt_level: "3".into(),
+        rustc: "rustc".into(),
+        conditions: plan
+            .conditions
+            .iter()
+            .map(|c| ConditionMeta {
+                name: c.name.clone(),
+                device: "cpu (2 threads)".into(),
+                cpu_threads: 2,
+                workers: c.config.loader.workers,
+                dataset: "synthetic".into(),
+                pin_memory: "not applicable on the CPU".into(),
+                trace: None,
+                profile_startup_ms: None,
+            })
+            .collect(),
+        warnings: vec![],
+        notices: vec![],
+        interrupted: false,
+        timing_note: "hand-made".into(),
+        environment: Environment {
+            cpu_model: "test cpu".into(),
+            cores: 2,
+            memory_gib: 1.0,
+            os: "test os".into(),
+            devices: vec!["cpu".into()],
+            ..Default::default()
+        },
+    };
+    std::fs::write(dir.join("run.json"), serde_json::to_string(&meta).unwrap()).unwrap();
+    let mut runs = format!("{}\n", RUN_COLUMNS.join(","));
+    let mut rows = format!("{}\n", STEP_COLUMNS.join(","));
+    for r in &plan.runs {
+        let ips = img_per_s[r.index];
+        let images = 4 * 256;
+        runs.push_str(&format!(
+            "{},{},{},{},{},1.0,{:.9},{images},{ips:.6},cpu,false\n",
+            r.index,
+            r.condition,
+            r.round,
+            r.position,
+            if r.condition == "workers=0" { 0 } else { 4 },
+            images as f64 / ips
+        ));
+        for (s, (wait, compute)) in steps(r.index).iter().enumerate() {
+            rows.push_str(&format!(
+                "{},{},{},{},{s},{wait},0.5,{compute},{},2.3,00000000000000{s:02},0\n",
+                r.index,
+                r.condition,
+                r.round,
+                r.position,
+                wait + 0.5 + compute
+            ));
+        }
+    }
+    std::fs::write(dir.join("runs.csv"), runs).unwrap();
+    std::fs::write(dir.join("steps.csv"), rows).unwrap();
+    std::fs::write(dir.join("config.resolved.toml"), EXPERIMENT).unwrap();
+}
+
+/// img/s by run index for (A rounds 0,1,2; B rounds 0,1,2) in plan order A,B,B,A,A,B.
+fn by_plan(a: [f64; 3], b: [f64; 3]) -> [f64; 6] {
+    [a[0], b[0], b[1], a[1], a[2], b[2]]
+}
+
+#[test]
+fn known_speedup_percentiles_and_shares() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(
+        dir.path(),
+        by_plan([100.0, 110.0, 90.0], [400.0, 420.0, 380.0]),
+        |run| {
+            if [0, 3, 4].contains(&run) {
+                [(10.0, 5.0), (20.0, 5.0), (30.0, 5.0), (40.0, 5.0)]
+            } else {
+                [(0.1, 5.0); 4]
+            }
+        },
+    );
+    let a = analyse(&Raw::load(dir.path()).unwrap()).unwrap();
+    assert_eq!(a.baseline, "workers=0");
+    let base = &a.conditions[0];
+    assert_eq!(base.img_per_s_median, 100.0);
+    assert_eq!((base.img_per_s_min, base.img_per_s_max), (90.0, 110.0));
+    // Pooled batch_wait of 3 runs × [10, 20, 30, 40]: median 25, p95 = 40 (linear).
+    assert_eq!(base.batch_wait_p50_ms, 25.0);
+    assert!((base.batch_wait_p95_ms - 40.0).abs() < 1e-9);
+    // Waiting share: 100 ms of (100 + 4 × 0.5 + 20) ms per run.
+    assert!((base.wait_share - 100.0 / 122.0).abs() < 1e-9);
+    let s = a.conditions[1].speedup.as_ref().unwrap();
+    assert_eq!(s.ratio, 4.0);
+    assert!(
+        s.ci_low >= 380.0 / 110.0 - 1e-9 && s.ci_high <= 420.0 / 90.0 + 1e-9,
+        "{s:?}"
+    );
+    assert!(s.ci_low <= 4.0 && 4.0 <= s.ci_high && s.beyond_noise);
+    assert_eq!(
+        s.paired,
+        vec![(0, 4.0), (1, 420.0 / 110.0), (2, 380.0 / 90.0)]
+    );
+    assert!(a.determinism.identical);
+    let verdict = loaderlab::report::verdict(&a, true);
+    assert!(
+        verdict.starts_with("With workers=4 the model trained 4.0× faster than with workers=0"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("the loader was the bottleneck"),
+        "{verdict}"
+    );
+}
+
+#[test]
+fn identical_conditions_give_a_ci_containing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(
+        dir.path(),
+        by_plan([100.0, 110.0, 90.0], [105.0, 95.0, 100.0]),
+        |_| [(1.0, 5.0); 4],
+    );
+    let a = analyse(&Raw::load(dir.path()).unwrap()).unwrap();
+    let s = a.conditions[1].speedup.as_ref().unwrap();
+    assert!(
+        s.ci_low < 1.0 && s.ci_high > 1.0 && !s.beyond_noise,
+        "{s:?}"
+    );
+    assert!(loaderlab::report::verdict(&a, false).contains("no difference beyond noise"));
+}
+
+#[test]
+fn a_planted_order_effect_is_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    // workers=0 runs fast in first position (rounds 0 and 2), slow in second (round 1).
+    folder(
+        dir.path(),
+        by_plan([200.0, 150.0, 202.0], [300.0, 301.0, 299.0]),
+        |_| [(1.0, 5.0); 4],
+    );
+    let a = analyse(&Raw::load(dir.path()).unwrap()).unwrap();
+    let o = &a.conditions[0].order_effect;
+    assert_eq!(o.first_median_img_per_s, Some(201.0));
+    assert_eq!(o.later_median_img_per_s, Some(150.0));
+    assert!(o.flagged, "{o:?}");
+    assert!(!a.conditions[1].order_effect.flagged);
+    assert!(
+        a.warnings
+            .iter()
+            .any(|w| w.starts_with("order effect in workers=0")),
+        "{:?}",
+        a.warnings
+    );
+}
+
+#[test]
+fn differing_fingerprints_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), by_plan([100.0; 3], [100.0; 3]), |_| {
+        [(1.0, 5.0); 4]
+    });
+    let steps = std::fs::read_to_string(dir.path().join("steps.csv")).unwrap();
+    // Run 3 (workers=0, round 1) saw a different second batch.
+    let tampered: String = steps
+        .lines()
+        .map(|l| {
+            if l.starts_with("3,") && l.contains(",1,") && l.contains("0000000000000001") {
+                l.replace("0000000000000001", "00000000000000ff")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(dir.path().join("steps.csv"), tampered + "\n").unwrap();
+    let a = analyse(&Raw::load(dir.path()).unwrap()).unwrap();
+    assert!(!a.determinism.identical);
+    assert_eq!(
+        a.determinism.inconsistent_conditions,
+        vec!["workers=0".to_string()]
+    );
+    assert!(a.warnings.iter().any(|w| w.contains("fingerprints differ")));
+}
+
+#[test]
+fn report_md_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(
+        dir.path(),
+        by_plan([9798.0, 9650.0, 9900.0], [42921.0, 43010.0, 42500.0]),
+        |run| {
+            if [0, 3, 4].contains(&run) {
+                [(35.9, 1.2), (36.1, 1.1), (35.7, 1.3), (36.0, 1.2)]
+            } else {
+                [(0.1, 5.8), (0.12, 5.9), (16.6, 5.7), (0.11, 5.8)]
+            }
+        },
+    );
+    loaderlab::report::build(dir.path()).unwrap();
+    let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    insta::assert_snapshot!(md);
+    // And the folder verifies.
+    let checks = loaderlab::verify::verify(dir.path());
+    assert!(checks.iter().all(|c| c.ok), "{checks:?}");
+}
