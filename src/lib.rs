@@ -4,12 +4,14 @@
 //! order) → runner → analysis → report.
 
 pub mod analysis;
+pub mod bench;
 pub mod config;
 pub mod data;
 pub mod environment;
 pub mod hash;
 pub mod loader;
 pub mod plan;
+pub mod preview;
 pub mod report;
 pub mod runner;
 pub mod trace;

@@ -75,6 +75,35 @@ enum Command {
         #[arg(value_name = "RESULTS_DIR")]
         dir: PathBuf,
     },
+    /// Show what the transforms do: a PNG grid (originals above, augmented below),
+    /// samples.json with every transform parameter, originals.npy and augmented.npy.
+    Preview {
+        #[arg(value_name = "EXPERIMENT.toml")]
+        experiment: PathBuf,
+        /// Number of samples (the first ones the loader would serve in epoch 0).
+        #[arg(long, default_value_t = 16)]
+        n: usize,
+        /// Condition whose settings to use (default: the first).
+        #[arg(long)]
+        condition: Option<String>,
+    },
+    /// Measure speed: `bench FILE` times the transform chain (one thread) and the loader at
+    /// 0, 1, 2 workers; `bench step` times the training step at 1 and 2 threads (and PyTorch's,
+    /// when python3 has torch). Use a release build.
+    Bench {
+        /// An experiment file, or `step`.
+        #[arg(value_name = "EXPERIMENT.toml|step")]
+        target: String,
+        /// Repetitions; each figure is their median with min–max.
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+        /// Batch size for `bench step`.
+        #[arg(long, default_value_t = 256)]
+        batch: usize,
+        /// Timed steps per repetition for `bench step`.
+        #[arg(long, default_value_t = 20)]
+        steps: usize,
+    },
     /// Print the expanded conditions and the run order.
     Plan {
         #[arg(value_name = "FILE")]
@@ -105,6 +134,54 @@ fn main() -> ExitCode {
     };
     match command {
         Command::Validate { files } => validate(&files, &overrides),
+        Command::Preview {
+            experiment,
+            n,
+            condition,
+        } => match config::load(&experiment, &overrides) {
+            Ok(exp) => {
+                let chosen = match &condition {
+                    Some(name) => exp.conditions.iter().find(|c| &c.name == name),
+                    None => exp.conditions.first(),
+                };
+                let Some(chosen) = chosen else {
+                    let names: Vec<&str> = exp.conditions.iter().map(|c| c.name.as_str()).collect();
+                    eprintln!("error: no condition {condition:?}; the conditions are {names:?}");
+                    return ExitCode::from(EXIT_INVALID);
+                };
+                let out = cli
+                    .global
+                    .out
+                    .clone()
+                    .unwrap_or_else(|| exp.output_dir(None).join("preview"));
+                match loaderlab::preview::preview(&chosen.settings, n, &out, cli.global.quiet) {
+                    Ok(files) => {
+                        for f in files {
+                            println!("{}", f.display());
+                        }
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e:#}");
+                        ExitCode::from(EXIT_FAILED)
+                    }
+                }
+            }
+            Err(e) => config_failure(&experiment, &e),
+        },
+        Command::Bench {
+            target,
+            repeat,
+            batch,
+            steps,
+        } => bench(
+            &target,
+            repeat.max(1),
+            batch,
+            steps.max(1),
+            &overrides,
+            cli.global.quiet,
+        ),
         Command::Verify { dir } => {
             let checks = loaderlab::verify::verify(&dir);
             let failed = checks.iter().filter(|c| !c.ok).count();
@@ -286,4 +363,72 @@ fn summary_table(a: &loaderlab::analysis::Analysis) -> String {
         ));
     }
     out
+}
+
+fn bench(
+    target: &str,
+    repeat: usize,
+    batch: usize,
+    steps: usize,
+    overrides: &Overrides,
+    quiet: bool,
+) -> ExitCode {
+    if env!("LLBUILD_OPT_LEVEL") == "0" {
+        eprintln!(
+            "warning: this binary is unoptimised; benchmark with `cargo run --release -- bench ...`"
+        );
+    }
+    let cores = loaderlab::train::cores();
+    let result = if target == "step" {
+        let threads: Vec<usize> = if cores >= 2 { vec![1, 2] } else { vec![1] };
+        println!(
+            "training step, SmallCNN + Adam, batch {batch}, {steps} timed steps × {repeat} repetitions ({cores} cores)"
+        );
+        loaderlab::bench::step(batch, steps, &threads, repeat).map(|mut ours| {
+            match loaderlab::bench::pytorch_step(batch, steps, &threads, repeat) {
+                Some(theirs) => {
+                    for (o, t) in ours.clone().iter().zip(&theirs) {
+                        ours.push(t.clone());
+                        println!(
+                            "ratio loaderlab / PyTorch at {}: {:.2}×",
+                            o.name,
+                            o.median / t.median
+                        );
+                    }
+                }
+                None => println!("(no python3 with torch found: PyTorch not measured)"),
+            }
+            ours
+        })
+    } else {
+        match config::load(std::path::Path::new(target), overrides) {
+            Ok(exp) => {
+                let settings = &exp.conditions[0].settings;
+                println!(
+                    "data pipeline of {target} (first condition), {repeat} repetitions ({cores} cores)"
+                );
+                loaderlab::bench::data(settings, repeat, quiet).inspect(|m| {
+                    if let (Some(w0), Some(w2)) = (m.get(1), m.get(3)) {
+                        println!(
+                            "loader workers=2 / workers=0: {:.2}×",
+                            w2.median / w0.median
+                        );
+                    }
+                })
+            }
+            Err(e) => return config_failure(std::path::Path::new(target), &e),
+        }
+    };
+    match result {
+        Ok(measurements) => {
+            for m in measurements {
+                println!("{}", m.line());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
 }

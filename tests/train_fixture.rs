@@ -3,7 +3,7 @@
 
 use candle_core::{Device, Tensor};
 use loaderlab::config::OptimizerSection;
-use loaderlab::train::{InitialWeights, PARAMS, Trainer};
+use loaderlab::train::{InitialWeights, Layers, PARAMS, Trainer};
 use serde_json::Value;
 
 fn fixture() -> Value {
@@ -37,8 +37,32 @@ fn formula_batch(batch: usize) -> (Tensor, Tensor) {
     )
 }
 
-#[test]
-fn adam_losses_match_pytorch() {
+/// candle's `test_device!` pattern: one test body, every implementation of the layers.
+macro_rules! for_each_layers {
+    ($body:ident, $candle:ident, $fast:ident) => {
+        #[test]
+        fn $candle() {
+            $body(Layers::Candle);
+        }
+        #[test]
+        fn $fast() {
+            $body(Layers::FastCpu);
+        }
+    };
+}
+
+for_each_layers!(
+    adam_losses_match_pytorch,
+    adam_losses_candle,
+    adam_losses_fast_cpu
+);
+for_each_layers!(
+    gradients_match_pytorch,
+    gradients_candle,
+    gradients_fast_cpu
+);
+
+fn adam_losses_match_pytorch(layers: Layers) {
     let f = fixture();
     let amps: Vec<f64> = f["amps"]
         .as_array()
@@ -53,10 +77,11 @@ fn adam_losses_match_pytorch() {
         .map(|a| a.as_f64().unwrap())
         .collect();
     let (x, y) = formula_batch(f["batch"].as_u64().unwrap() as usize);
-    let mut trainer = Trainer::new(
+    let mut trainer = Trainer::with_layers(
         formula_weights(&amps),
         &OptimizerSection::default(),
         Device::Cpu,
+        layers,
     )
     .unwrap();
     let mut losses = Vec::new();
@@ -82,8 +107,7 @@ fn adam_losses_match_pytorch() {
     assert_eq!(again, losses[0]);
 }
 
-#[test]
-fn gradients_match_pytorch() {
+fn gradients_match_pytorch(layers: Layers) {
     let f = fixture();
     let amps: Vec<f64> = f["amps"]
         .as_array()
@@ -92,10 +116,11 @@ fn gradients_match_pytorch() {
         .map(|a| a.as_f64().unwrap())
         .collect();
     let (x, y) = formula_batch(f["batch"].as_u64().unwrap() as usize);
-    let trainer = Trainer::new(
+    let trainer = Trainer::with_layers(
         formula_weights(&amps),
         &OptimizerSection::default(),
         Device::Cpu,
+        layers,
     )
     .unwrap();
     let logits = trainer.model().forward(&x).unwrap();
@@ -114,7 +139,7 @@ fn gradients_match_pytorch() {
         let want_norm = want["norm"].as_f64().unwrap();
         assert!(
             (norm - want_norm).abs() <= 1e-4 * want_norm.max(1e-3),
-            "{name}: norm {norm} vs {want_norm}"
+            "{layers:?} {name}: norm {norm} vs {want_norm}"
         );
         for (i, w) in want["head"].as_array().unwrap().iter().enumerate() {
             let w = w.as_f64().unwrap();

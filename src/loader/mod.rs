@@ -89,6 +89,18 @@ pub enum LoaderError {
     NoBatch { len: usize, batch_size: usize },
 }
 
+/// The order in which an epoch visits the dataset: a permutation drawn from (seed, epoch), or
+/// the identity without shuffling.
+pub fn epoch_order(len: usize, shuffle: bool, seed: u64, epoch: u64, order: &mut Vec<u32>) {
+    order.clear();
+    order.extend(0..len as u32);
+    if shuffle {
+        let mut rng =
+            ChaCha8Rng::seed_from_u64(splitmix(seed ^ 0x0073_6875_6666_6c65 ^ splitmix(epoch)));
+        order.shuffle(&mut rng);
+    }
+}
+
 /// Which samples make up each batch.
 #[derive(Debug, Clone)]
 struct Sampler {
@@ -125,14 +137,7 @@ impl Sampler {
         let epoch = k / self.batches_per_epoch;
         let b = (k % self.batches_per_epoch) as usize;
         if self.epoch != Some(epoch) {
-            self.order.clear();
-            self.order.extend(0..self.len as u32);
-            if self.shuffle {
-                let mut rng = ChaCha8Rng::seed_from_u64(splitmix(
-                    self.seed ^ 0x0073_6875_6666_6c65 ^ splitmix(epoch),
-                ));
-                self.order.shuffle(&mut rng);
-            }
+            epoch_order(self.len, self.shuffle, self.seed, epoch, &mut self.order);
             self.epoch = Some(epoch);
         }
         let start = b * self.batch_size;

@@ -254,6 +254,8 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
             threads,
         });
     }
+    crate::bench::init_compute_pool(prepared.iter().map(|p| p.threads).max().unwrap_or(cores));
+    train::keep_freed_memory();
     for w in &warnings {
         warn(opts.quiet, w);
     }

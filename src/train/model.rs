@@ -58,7 +58,18 @@ impl InitialWeights {
     }
 }
 
+/// Which implementation of the layers runs the model; the parameters and the numbers are the
+/// same either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layers {
+    /// candle's own ops, NCHW: any device (the CUDA path).
+    Candle,
+    /// Hand-written NHWC convolution fused with ReLU and pooling ([`super::fast_cpu`]): CPU only.
+    FastCpu,
+}
+
 pub struct SmallCnn {
+    layers: Layers,
     conv1: Conv2d,
     conv2: Conv2d,
     fc1: Linear,
@@ -68,7 +79,7 @@ pub struct SmallCnn {
 
 impl SmallCnn {
     /// A model whose parameters are fresh copies of `init` on `device`.
-    pub fn new(init: &InitialWeights, device: &Device) -> Result<Self> {
+    pub fn new(init: &InitialWeights, device: &Device, layers: Layers) -> Result<Self> {
         let mut vars = Vec::with_capacity(PARAMS.len());
         for ((_, shape), values) in PARAMS.iter().zip(&init.0) {
             let t = Tensor::from_slice(values, *shape, device)?.to_dtype(DType::F32)?;
@@ -80,6 +91,7 @@ impl SmallCnn {
         };
         let t = |i: usize| vars[i].as_tensor().clone();
         Ok(SmallCnn {
+            layers,
             conv1: Conv2d::new(t(0), Some(t(1)), pad),
             conv2: Conv2d::new(t(2), Some(t(3)), pad),
             fc1: Linear::new(t(4), Some(t(5))),
@@ -94,6 +106,31 @@ impl SmallCnn {
 
     /// Logits for a batch of shape (N, 1, 28, 28).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self.layers {
+            Layers::Candle => self.forward_candle(x),
+            Layers::FastCpu => self.forward_fast_cpu(x),
+        }
+    }
+
+    fn forward_fast_cpu(&self, x: &Tensor) -> Result<Tensor> {
+        use super::fast_cpu::ConvReluPool;
+        let t = |i: usize| self.vars[i].as_tensor();
+        let n = x.dim(0)?;
+        // With one channel, NCHW and NHWC are the same memory.
+        let x = x.reshape((n, 28, 28, 1))?;
+        let x = x.apply_op3(t(0), t(1), ConvReluPool::default())?;
+        let x = x.apply_op3(t(2), t(3), ConvReluPool::default())?;
+        // Flattened in (h, w, c) order; fc1's columns are PyTorch's (c, h, w): reorder them.
+        let x = x.reshape((n, 7 * 7 * 32))?;
+        let w1 = t(4)
+            .reshape((64, 32, 49))?
+            .transpose(1, 2)?
+            .reshape((64, 7 * 7 * 32))?;
+        let x = Linear::new(w1, Some(t(5).clone())).forward(&x)?.relu()?;
+        self.fc2.forward(&x)
+    }
+
+    fn forward_candle(&self, x: &Tensor) -> Result<Tensor> {
         let x = max_pool_2x2(&self.conv1.forward(x)?.relu()?)?;
         let x = max_pool_2x2(&self.conv2.forward(&x)?.relu()?)?;
         let x = x.flatten_from(1)?;

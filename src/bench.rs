@@ -1,0 +1,242 @@
+//! `loaderlab bench`: the speed claims, measured. `bench FILE` times the transform chain on one
+//! thread and the loader (no training) at 0, 1 and 2 workers; `bench step` times the training
+//! step at 1 and 2 threads, and PyTorch's step in the same run when a Python with torch exists.
+//! Every figure is a median over repetitions with its min–max.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use candle_core::{Device, Tensor};
+use serde::Serialize;
+
+use crate::analysis::median;
+use crate::config::{OptimizerSection, Settings};
+use crate::data::{self, IMAGE_PIXELS, IMAGE_SIDE};
+use crate::loader::{Loader, LoaderConfig};
+use crate::train::{InitialWeights, Trainer};
+use crate::transforms::{Pipeline, Scratch};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Measurement {
+    pub name: String,
+    pub unit: String,
+    pub values: Vec<f64>,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Measurement {
+    fn new(name: impl Into<String>, unit: &str, values: Vec<f64>) -> Self {
+        Measurement {
+            name: name.into(),
+            unit: unit.into(),
+            median: median(&values),
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            values,
+        }
+    }
+
+    pub fn line(&self) -> String {
+        format!(
+            "{:<44} {:>12.1} {}  (min {:.1}, max {:.1}, n = {})",
+            self.name,
+            self.median,
+            self.unit,
+            self.min,
+            self.max,
+            self.values.len()
+        )
+    }
+}
+
+/// Make sure rayon's global pool (used by candle's CPU kernels) has `threads` threads; later
+/// runs choose how many of them to use through RAYON_NUM_THREADS.
+pub fn init_compute_pool(threads: usize) {
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .build_global();
+}
+
+/// Transform chain on one thread, and the loader without training at 0, 1 and 2 workers.
+pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<Vec<Measurement>> {
+    let dataset = data::open(settings, quiet)?;
+    let pipeline = Arc::new(Pipeline::new(
+        &settings.transforms,
+        settings.experiment.seed,
+        IMAGE_SIDE,
+    ));
+    let side = pipeline.out_side();
+    // Images preloaded, so only the transforms are timed.
+    let n = dataset.len().min(8192);
+    let mut images = vec![0u8; n * IMAGE_PIXELS];
+    for i in 0..n {
+        dataset.image_into(i, &mut images[i * IMAGE_PIXELS..(i + 1) * IMAGE_PIXELS]);
+    }
+    let mut scratch = Scratch::default();
+    let mut out = vec![0f32; side * side];
+    let mut chain = Vec::new();
+    for r in 0..repeats + 1 {
+        let t = Instant::now();
+        for i in 0..n {
+            pipeline.apply(
+                &images[i * IMAGE_PIXELS..(i + 1) * IMAGE_PIXELS],
+                r as u64,
+                i as u64,
+                &mut scratch,
+                &mut out,
+            );
+        }
+        let rate = n as f64 / t.elapsed().as_secs_f64();
+        if r > 0 {
+            chain.push(rate); // the first pass warms caches and buffers
+        }
+    }
+    let mut results = vec![Measurement::new(
+        "transform chain, 1 thread",
+        "img/s",
+        chain,
+    )];
+    let batch = settings.loader.batch_size as usize;
+    let batches = (16_384 / batch).clamp(8, 200);
+    for workers in [0usize, 1, 2] {
+        let mut rates = Vec::new();
+        for _ in 0..repeats {
+            let mut cfg = LoaderConfig::from_settings(settings);
+            cfg.workers = workers;
+            let mut loader = Loader::new(Arc::clone(&dataset), Arc::clone(&pipeline), cfg)?;
+            for _ in 0..2 {
+                loader.next_batch()?;
+            }
+            let t = Instant::now();
+            let mut images = 0;
+            for _ in 0..batches {
+                images += loader.next_batch()?.len;
+            }
+            rates.push(images as f64 / t.elapsed().as_secs_f64());
+        }
+        results.push(Measurement::new(
+            format!("loader, workers = {workers} (no training)"),
+            "img/s",
+            rates,
+        ));
+    }
+    Ok(results)
+}
+
+/// Median step time of the candle model at each thread count.
+pub fn step(
+    batch: usize,
+    steps: usize,
+    threads: &[usize],
+    repeats: usize,
+) -> anyhow::Result<Vec<Measurement>> {
+    init_compute_pool(threads.iter().copied().max().unwrap_or(1));
+    crate::train::keep_freed_memory();
+    let pixels: Vec<f32> = (0..batch * IMAGE_PIXELS)
+        .map(|i| (0.5 + 0.5 * (0.13 * i as f64 + 1.0).sin()) as f32)
+        .collect();
+    let labels: Vec<u32> = (0..batch as u32).map(|n| n % 10).collect();
+    let x = Tensor::from_vec(pixels, (batch, 1, IMAGE_SIDE, IMAGE_SIDE), &Device::Cpu)?;
+    let y = Tensor::from_vec(labels, batch, &Device::Cpu)?;
+    let mut trainer = Trainer::new(
+        InitialWeights::pytorch_default(42),
+        &OptimizerSection::default(),
+        Device::Cpu,
+    )?;
+    let mut results = Vec::new();
+    for &t in threads {
+        // SAFETY: single-threaded here apart from rayon's idle pool, which does not read it.
+        unsafe { std::env::set_var("RAYON_NUM_THREADS", t.to_string()) };
+        let mut medians = Vec::new();
+        for _ in 0..repeats {
+            trainer.reset()?;
+            for _ in 0..3 {
+                trainer.step(&x, &y)?;
+            }
+            let mut times = Vec::with_capacity(steps);
+            for _ in 0..steps {
+                let t0 = Instant::now();
+                trainer.step(&x, &y)?.to_scalar::<f32>()?;
+                times.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            medians.push(median(&times));
+        }
+        results.push(Measurement::new(
+            format!("loaderlab step, batch {batch}, {t} thread(s)"),
+            "ms",
+            medians,
+        ));
+    }
+    Ok(results)
+}
+
+/// PyTorch's step in the same conditions, when `python3` has torch; None otherwise.
+pub fn pytorch_step(
+    batch: usize,
+    steps: usize,
+    threads: &[usize],
+    repeats: usize,
+) -> Option<Vec<Measurement>> {
+    let threads_list: Vec<String> = threads.iter().map(|t| t.to_string()).collect();
+    let output = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(PYTORCH_STEP)
+        .arg(batch.to_string())
+        .arg(steps.to_string())
+        .arg(threads_list.join(","))
+        .arg(repeats.to_string())
+        .output()
+        .ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    let parsed: Vec<(usize, Vec<f64>, String)> = serde_json::from_slice(&output.stdout).ok()?;
+    Some(
+        parsed
+            .into_iter()
+            .map(|(t, medians, version)| {
+                Measurement::new(
+                    format!("PyTorch {version} step, batch {batch}, {t} thread(s)"),
+                    "ms",
+                    medians,
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The seed's SmallCNN + Adam step in PyTorch, timed like ours: 3 warm-up steps, then the
+/// median of `steps` steps (loss read each step), per repetition.
+const PYTORCH_STEP: &str = r#"
+import json, sys, time, math
+import torch, torch.nn as nn, torch.nn.functional as F
+batch, steps, threads, repeats = int(sys.argv[1]), int(sys.argv[2]), [int(t) for t in sys.argv[3].split(",")], int(sys.argv[4])
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1); self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * 7 * 7, 64); self.fc2 = nn.Linear(64, 10)
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2); x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(torch.flatten(x, 1))))
+x = torch.tensor([0.5 + 0.5 * math.sin(0.13 * i + 1.0) for i in range(batch * 784)], dtype=torch.float32).reshape(batch, 1, 28, 28)
+y = torch.tensor([n % 10 for n in range(batch)])
+out = []
+for t in threads:
+    torch.set_num_threads(t)
+    medians = []
+    for _ in range(repeats):
+        torch.manual_seed(42); model = SmallCNN(); opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        def step():
+            opt.zero_grad(set_to_none=True); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); return loss.item()
+        for _ in range(3): step()
+        times = []
+        for _ in range(steps):
+            t0 = time.perf_counter(); step(); times.append((time.perf_counter() - t0) * 1e3)
+        times.sort(); n = len(times)
+        medians.append((times[(n - 1) // 2] + times[n // 2]) / 2)
+    out.append((t, medians, torch.__version__))
+print(json.dumps(out))
+"#;

@@ -1,0 +1,498 @@
+//! Fast CPU layers for the SmallCNN, as candle custom ops with hand-written backward passes.
+//!
+//! candle's generic CPU paths for convolution backward, pooling and strided copies dominate a
+//! step on these shapes (hundreds of ms at batch 256). Here activations stay channels-last
+//! (NHWC) through the network, a 3×3 convolution is im2col + one `gemm` call (the crate candle
+//! itself uses), convolution, ReLU and 2×2 max pooling are one op, and the im2col buffer of the
+//! forward pass is kept for the backward pass. Weights keep PyTorch's layouts (OIHW, and Linear's (out, in)
+//! over a C×H×W flatten), so the same parameters give the same numbers as the candle path; the
+//! gradient fixture checks it. Work is split over `candle_core::utils::get_num_threads()`
+//! threads (RAYON_NUM_THREADS), like candle's own kernels.
+
+use std::sync::Mutex;
+
+use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Storage, Tensor, bail};
+use gemm::Parallelism;
+
+/// Large internal buffers (im2col columns, full-resolution activations and their gradients),
+/// reused from step to step: allocating and zeroing tens of MB per step costs more than the
+/// arithmetic on them. Contents are stale on `take`; every user overwrites what it reads.
+static SCRATCH: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
+
+fn take(len: usize) -> Vec<f32> {
+    let mut pool = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
+    let mut v = match pool.iter().position(|b| b.capacity() >= len) {
+        Some(i) => pool.swap_remove(i),
+        None => pool.pop().unwrap_or_default(),
+    };
+    drop(pool);
+    v.resize(len, 0.0);
+    v.truncate(len);
+    v
+}
+
+fn give(v: Vec<f32>) {
+    let mut pool = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
+    if pool.len() < 8 {
+        pool.push(v);
+    }
+}
+
+fn threads() -> usize {
+    candle_core::utils::get_num_threads().max(1)
+}
+
+/// Run `f(first_item, chunk)` over `out` split into contiguous groups of whole items, one group
+/// per thread.
+fn par_items<F>(out: &mut [f32], item_len: usize, f: F)
+where
+    F: Fn(usize, &mut [f32]) + Sync,
+{
+    let items = out.len() / item_len.max(1);
+    let t = threads().min(items.max(1));
+    if t <= 1 {
+        f(0, out);
+        return;
+    }
+    let per = items.div_ceil(t);
+    rayon::scope(|s| {
+        for (k, chunk) in out.chunks_mut(per * item_len).enumerate() {
+            let f = &f;
+            s.spawn(move |_| f(k * per, chunk));
+        }
+    });
+}
+
+/// `dst (m×n, row-major) [+]= lhs (m×k) · rhs (k×n)`, operands given by row and column strides.
+#[allow(clippy::too_many_arguments)]
+fn matmul(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [f32],
+    accumulate: bool,
+    lhs: &[f32],
+    (lhs_rs, lhs_cs): (usize, usize),
+    rhs: &[f32],
+    (rhs_rs, rhs_cs): (usize, usize),
+) {
+    assert!(dst.len() >= m * n);
+    assert!(m == 0 || k == 0 || lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
+    assert!(n == 0 || k == 0 || rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
+    let t = threads();
+    let parallelism = if t > 1 {
+        Parallelism::Rayon(t)
+    } else {
+        Parallelism::None
+    };
+    // SAFETY: the asserts above keep every access inside the three slices.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            lhs.as_ptr(),
+            lhs_cs as isize,
+            lhs_rs as isize,
+            rhs.as_ptr(),
+            rhs_cs as isize,
+            rhs_rs as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+/// The f32 data of a contiguous CPU tensor, passed to `f`.
+fn with_slice<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        Storage::Cpu(cpu) => {
+            let data = cpu.as_slice::<f32>()?;
+            let (a, b) = layout.contiguous_offsets().expect("made contiguous above");
+            Ok(f(&data[a..b]))
+        }
+        _ => bail!("fast CPU layers need CPU tensors"),
+    }
+}
+
+fn slice<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
+    let data = s.as_slice::<f32>()?;
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&data[a..b]),
+        None => bail!("{what} must be contiguous"),
+    }
+}
+
+/// Geometry of one 3×3, stride 1, padding 1 convolution over NHWC input.
+#[derive(Debug, Clone, Copy)]
+struct Geometry {
+    n: usize,
+    h: usize,
+    w: usize,
+    ci: usize,
+    co: usize,
+}
+
+impl Geometry {
+    fn k(&self) -> usize {
+        9 * self.ci
+    }
+    fn m(&self) -> usize {
+        self.n * self.h * self.w
+    }
+}
+
+/// Rows (n, y, x) of 3×3 neighbourhoods, columns (ky, kx, c), zero outside the image.
+///
+/// Each image is first copied into a zero-bordered (h+2)×(w+2) buffer, so that every row of
+/// `cols` is three contiguous runs of 3·c values, without bounds checks.
+fn im2col(x: &[f32], g: Geometry, cols: &mut [f32]) {
+    let (h, w, c, k) = (g.h, g.w, g.ci, g.k());
+    let (ph, pw) = (h + 2, w + 2);
+    par_items(cols, h * w * k, |first, chunk| {
+        let mut padded = vec![0.0f32; ph * pw * c];
+        for (i, image_cols) in chunk.chunks_mut(h * w * k).enumerate() {
+            let img = &x[(first + i) * h * w * c..][..h * w * c];
+            for y in 0..h {
+                padded[((y + 1) * pw + 1) * c..][..w * c]
+                    .copy_from_slice(&img[y * w * c..][..w * c]);
+            }
+            for y in 0..h {
+                for x0 in 0..w {
+                    let row = &mut image_cols[(y * w + x0) * k..][..k];
+                    for ky in 0..3 {
+                        let src = &padded[((y + ky) * pw + x0) * c..][..3 * c];
+                        row[ky * 3 * c..][..3 * c].copy_from_slice(src);
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// The adjoint of [`im2col`]: scatter-add column gradients back to the NHWC input.
+fn col2im(cols: &[f32], g: Geometry, gx: &mut [f32]) {
+    let (h, w, c, k) = (g.h, g.w, g.ci, g.k());
+    par_items(gx, h * w * c, |first, chunk| {
+        chunk.fill(0.0);
+        for (i, image) in chunk.chunks_mut(h * w * c).enumerate() {
+            let img = first + i;
+            for y in 0..h {
+                for x0 in 0..w {
+                    let row = &cols[((img * h + y) * w + x0) * k..][..k];
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            let (sy, sx) = (y + ky, x0 + kx);
+                            if sy >= 1 && sy <= h && sx >= 1 && sx <= w {
+                                let dst = &mut image[((sy - 1) * w + sx - 1) * c..][..c];
+                                for (d, s) in dst.iter_mut().zip(&row[(ky * 3 + kx) * c..][..c]) {
+                                    *d += s;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// OIHW weights as a (O, 9·I) matrix with columns in im2col's (ky, kx, c) order.
+fn weight_matrix(w: &[f32], g: Geometry) -> Vec<f32> {
+    let (ci, k) = (g.ci, g.k());
+    let mut out = vec![0.0; g.co * k];
+    for o in 0..g.co {
+        for c in 0..ci {
+            for t in 0..9 {
+                out[o * k + t * ci + c] = w[(o * ci + c) * 9 + t];
+            }
+        }
+    }
+    out
+}
+
+/// The inverse of [`weight_matrix`].
+fn weight_oihw(m: &[f32], g: Geometry) -> Vec<f32> {
+    let (ci, k) = (g.ci, g.k());
+    let mut out = vec![0.0; g.co * k];
+    for o in 0..g.co {
+        for c in 0..ci {
+            for t in 0..9 {
+                out[(o * ci + c) * 9 + t] = m[o * k + t * ci + c];
+            }
+        }
+    }
+    out
+}
+
+/// `gyᵀ (co×m) · cols (m×k)`: the reduction runs over all m = N·H·W positions, which gemm does
+/// not split across threads for so few outputs, so each thread reduces its share of rows and
+/// the partial sums are added.
+fn weight_gradient(gy: &[f32], cols: &[f32], m: usize, k: usize, co: usize) -> Vec<f32> {
+    let t = threads().min(m.max(1));
+    let per = m.div_ceil(t);
+    let mut partials = vec![0.0f32; t * co * k];
+    let single = {
+        let parallelism_free = |part: usize, out: &mut [f32]| {
+            let start = part * per;
+            let rows = per.min(m.saturating_sub(start));
+            if rows == 0 {
+                out.fill(0.0);
+                return;
+            }
+            // SAFETY: row range [start, start + rows) lies inside both operands.
+            unsafe {
+                gemm::gemm(
+                    co,
+                    k,
+                    rows,
+                    out.as_mut_ptr(),
+                    1,
+                    k as isize,
+                    false,
+                    gy[start * co..].as_ptr(),
+                    co as isize,
+                    1,
+                    cols[start * k..].as_ptr(),
+                    1,
+                    k as isize,
+                    1.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    Parallelism::None,
+                );
+            }
+        };
+        if t <= 1 {
+            parallelism_free(0, &mut partials);
+            true
+        } else {
+            rayon::scope(|s| {
+                for (part, out) in partials.chunks_mut(co * k).enumerate() {
+                    let f = &parallelism_free;
+                    s.spawn(move |_| f(part, out));
+                }
+            });
+            false
+        }
+    };
+    if single {
+        return partials;
+    }
+    let (first, rest) = partials.split_at_mut(co * k);
+    for other in rest.chunks(co * k) {
+        for (a, b) in first.iter_mut().zip(other) {
+            *a += b;
+        }
+    }
+    partials.truncate(co * k);
+    partials
+}
+
+/// Window position of a pooled output whose ReLU was zero (no gradient flows back).
+const NO_MAX: u8 = u8::MAX;
+
+/// What a forward pass keeps for its backward pass.
+struct Saved {
+    /// im2col of the input, (N·H·W) × (9·Ci).
+    cols: Vec<f32>,
+    /// For each pooled output, the window position (0–3, row-major) of its maximum.
+    argmax: Vec<u8>,
+}
+
+/// One SmallCNN block, fused: Conv2d(3×3, stride 1, padding 1, bias) → ReLU → MaxPool2d(2),
+/// NHWC in and out, OIHW weights. Fusing keeps the full-resolution activation and its gradient
+/// out of candle's graph: only the pooled output and the window positions of the maxima are kept.
+#[derive(Default)]
+pub struct ConvReluPool {
+    saved: Mutex<Option<Saved>>,
+}
+
+fn geometry(x: &Shape, w: &Shape) -> Result<Geometry> {
+    let (n, h, wd, ci) = x.dims4()?;
+    let (co, wci, kh, kw) = w.dims4()?;
+    if wci != ci || kh != 3 || kw != 3 || h % 2 != 0 || wd % 2 != 0 {
+        bail!("conv-relu-pool: input {x:?} does not fit weights {w:?} (even sides needed)");
+    }
+    Ok(Geometry {
+        n,
+        h,
+        w: wd,
+        ci,
+        co,
+    })
+}
+
+/// The block's forward pass: the pooled output and what the backward pass needs.
+fn forward(x: &[f32], w: &[f32], b: &[f32], g: Geometry) -> (Vec<f32>, Saved) {
+    let (m, k, co) = (g.m(), g.k(), g.co);
+    let mut cols = take(m * k);
+    im2col(x, g, &mut cols);
+    let wm = weight_matrix(w, g);
+    let mut y = take(m * co);
+    par_items(&mut y, co, |_, chunk| {
+        for row in chunk.chunks_mut(co) {
+            row.copy_from_slice(b);
+        }
+    });
+    // y (m×co) += cols (m×k) · wmᵀ (k×co)
+    matmul(m, co, k, &mut y, true, &cols, (k, 1), &wm, (1, k));
+    let (h, wd, oh, ow) = (g.h, g.w, g.h / 2, g.w / 2);
+    let mut pooled = vec![0.0f32; g.n * oh * ow * co];
+    let mut argmax = vec![NO_MAX; g.n * oh * ow * co];
+    let per_image = oh * ow * co;
+    let t = threads().min(g.n.max(1));
+    let images_per = g.n.div_ceil(t.max(1)).max(1);
+    rayon::scope(|s| {
+        for (part, (out, arg)) in pooled
+            .chunks_mut(images_per * per_image)
+            .zip(argmax.chunks_mut(images_per * per_image))
+            .enumerate()
+        {
+            let y = &y;
+            s.spawn(move |_| {
+                let first = part * images_per;
+                for (i, (out, arg)) in out
+                    .chunks_mut(per_image)
+                    .zip(arg.chunks_mut(per_image))
+                    .enumerate()
+                {
+                    let img = &y[(first + i) * h * wd * co..][..h * wd * co];
+                    for oy in 0..oh {
+                        for ox in 0..ow {
+                            let o = (oy * ow + ox) * co;
+                            for (p, (dy, dx)) in
+                                [(0, 0), (0, 1), (1, 0), (1, 1)].into_iter().enumerate()
+                            {
+                                let src = &img[((2 * oy + dy) * wd + 2 * ox + dx) * co..][..co];
+                                for ch in 0..co {
+                                    // Strictly greater: the first maximum wins, as in PyTorch;
+                                    // starting from 0 applies the ReLU.
+                                    if src[ch] > out[o + ch] {
+                                        out[o + ch] = src[ch];
+                                        arg[o + ch] = p as u8;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    give(y);
+    (pooled, Saved { cols, argmax })
+}
+
+impl CustomOp3 for ConvReluPool {
+    fn name(&self) -> &'static str {
+        "conv3x3-relu-maxpool2-nhwc"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let g = geometry(l1.shape(), l2.shape())?;
+        let (x, w, b) = (
+            slice(s1, l1, "input")?,
+            slice(s2, l2, "weight")?,
+            slice(s3, l3, "bias")?,
+        );
+        let (pooled, saved) = forward(x, w, b, g);
+        if let Ok(mut slot) = self.saved.lock() {
+            *slot = Some(saved);
+        }
+        Ok((
+            CpuStorage::F32(pooled),
+            Shape::from((g.n, g.h / 2, g.w / 2, g.co)),
+        ))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        _res: &Tensor,
+        gpool: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let g = geometry(x.shape(), w.shape())?;
+        let (m, k, co) = (g.m(), g.k(), g.co);
+        let saved = match self.saved.lock().ok().and_then(|mut s| s.take()) {
+            Some(s) => s,
+            // A second backward through the same graph: recompute.
+            None => with_slice(x, |xs| {
+                with_slice(w, |ws| with_slice(b, |bs| forward(xs, ws, bs, g).1))
+            })???,
+        };
+        let wm = with_slice(w, |ws| weight_matrix(ws, g))?;
+        let (h, wd, oh, ow) = (g.h, g.w, g.h / 2, g.w / 2);
+        let (gx, gw, gb) = with_slice(gpool, |gp| {
+            // The gradient at the convolution's output: each pooled gradient goes to its maximum.
+            let mut gconv = take(m * co);
+            let mut gb = vec![0.0f32; co];
+            par_items(&mut gconv, h * wd * co, |first, chunk| {
+                chunk.fill(0.0);
+                for (i, gimg) in chunk.chunks_mut(h * wd * co).enumerate() {
+                    let base = (first + i) * oh * ow * co;
+                    for oy in 0..oh {
+                        for ox in 0..ow {
+                            for ch in 0..co {
+                                let o = base + (oy * ow + ox) * co + ch;
+                                let p = saved.argmax[o];
+                                if p != NO_MAX {
+                                    let (dy, dx) = ((p / 2) as usize, (p % 2) as usize);
+                                    gimg[((2 * oy + dy) * wd + 2 * ox + dx) * co + ch] = gp[o];
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+            for (o, (&p, &v)) in saved.argmax.iter().zip(gp).enumerate() {
+                if p != NO_MAX {
+                    gb[o % co] += v;
+                }
+            }
+            let gwm = weight_gradient(&gconv, &saved.cols, m, k, co);
+            // The columns are no longer needed: their buffer takes the column gradient.
+            let mut gcols = saved.cols;
+            let gx = x.track_op().then(|| {
+                // gcols (m×k) = gconv (m×co) · wm (co×k), then scattered back.
+                matmul(m, k, co, &mut gcols, false, &gconv, (co, 1), &wm, (k, 1));
+                let mut gx = vec![0.0f32; g.n * h * wd * g.ci];
+                col2im(&gcols, g, &mut gx);
+                gx
+            });
+            give(gcols);
+            give(gconv);
+            (gx, weight_oihw(&gwm, g), gb)
+        })?;
+        let gx = gx
+            .map(|v| Tensor::from_vec(v, x.shape(), x.device()))
+            .transpose()?;
+        Ok((
+            gx,
+            Some(Tensor::from_vec(gw, w.shape(), w.device())?),
+            Some(Tensor::from_vec(gb, co, w.device())?),
+        ))
+    }
+}
