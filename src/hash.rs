@@ -8,6 +8,40 @@ pub fn splitmix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// SplitMix64 as a random number generator: one multiply-xorshift per draw and nothing to set
+/// up, so a fresh generator per sample costs nothing (ChaCha's block setup cost more than the
+/// whole transform chain). Its sequence is fixed by this code, not by a crate version, so
+/// results reproduce across builds.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+}
+
+impl rand::RngCore for SplitMix64 {
+    fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        for chunk in dest.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
 /// An order-sensitive hash of a batch: its images' exact f32 bits and its labels. Two batches
 /// with the same fingerprint are, for all practical purposes, bit-identical.
 #[derive(Debug, Clone, Copy)]

@@ -409,3 +409,92 @@ fn cuda_on_a_cpu_build_is_a_clear_error() {
         "{stderr}"
     );
 }
+
+#[test]
+fn preview_writes_images_parameters_and_arrays_that_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("preview");
+    loaderlab()
+        .args(["preview", "experiments/smoke.toml", "--n", "6", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let samples: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(out.join("samples.json")).unwrap()).unwrap();
+    assert_eq!(samples.len(), 6);
+    let png = std::fs::read(out.join("preview.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 1000);
+    let npy = |name: &str| {
+        let bytes = std::fs::read(out.join(name)).unwrap();
+        assert!(bytes.starts_with(b"\x93NUMPY"), "{name}");
+        let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+        let header = String::from_utf8_lossy(&bytes[10..10 + header_len]).to_string();
+        assert!(
+            header.contains("'descr': '|u1'") && header.contains("(6, 28, 28)"),
+            "{header}"
+        );
+        bytes[10 + header_len..].to_vec()
+    };
+    let (originals, augmented) = (npy("originals.npy"), npy("augmented.npy"));
+    assert_eq!(originals.len(), 6 * 784);
+    // Re-applying the recorded parameters to the originals gives the augmented images.
+    let mut scratch = loaderlab::transforms::ResizeScratch::default();
+    for (k, s) in samples.iter().enumerate() {
+        let c = &s["crop"];
+        let b = loaderlab::transforms::CropBox {
+            top: c["top"].as_u64().unwrap() as usize,
+            left: c["left"].as_u64().unwrap() as usize,
+            height: c["height"].as_u64().unwrap() as usize,
+            width: c["width"].as_u64().unwrap() as usize,
+        };
+        let mut cropped = vec![0u8; 784];
+        loaderlab::transforms::crop_resize(
+            &originals[k * 784..(k + 1) * 784],
+            28,
+            b,
+            28,
+            28,
+            &mut cropped,
+            &mut scratch,
+        );
+        let mut rotated = vec![0u8; 784];
+        loaderlab::transforms::rotate_nearest(
+            &cropped,
+            28,
+            28,
+            s["angle"].as_f64().unwrap(),
+            0,
+            &mut rotated,
+        );
+        assert_eq!(rotated, augmented[k * 784..(k + 1) * 784], "sample {k}");
+        assert!(s["index"].is_u64() && s["label"].is_u64());
+    }
+}
+
+#[test]
+fn charts_are_valid_svg_and_png_of_sane_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_quick(dir.path());
+    for name in ["throughput", "batch_wait", "timeline", "step_time"] {
+        let svg = std::fs::read_to_string(out.join("charts").join(format!("{name}.svg"))).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{name}.svg"
+        );
+        assert!(
+            svg.contains("<text") && svg.len() > 2_000,
+            "{name}.svg has no text or is tiny"
+        );
+        let png = std::fs::read(out.join("charts").join(format!("{name}.png"))).unwrap();
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name}.png");
+        let (w, h) = (
+            u32::from_be_bytes(png[16..20].try_into().unwrap()),
+            u32::from_be_bytes(png[20..24].try_into().unwrap()),
+        );
+        assert!(
+            (600..=2000).contains(&w) && (150..=1200).contains(&h),
+            "{name}.png is {w}×{h}"
+        );
+        assert!(png.len() > 10_000, "{name}.png is nearly empty");
+    }
+}

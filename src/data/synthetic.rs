@@ -11,16 +11,22 @@ pub struct Synthetic {
     seed: u64,
     /// One 28×28 template per class.
     templates: Vec<[u8; IMAGE_PIXELS]>,
+    /// Noise in 0–31 that samples take their texture from.
+    texture: Vec<u8>,
 }
 
 impl Synthetic {
     pub fn new(len: usize, classes: usize, seed: u64) -> Self {
         let templates = (0..classes).map(|c| template(c, seed)).collect();
+        let texture = (0..1u64 << 16)
+            .map(|i| (splitmix(seed ^ 0x7465_7874 ^ i) & 31) as u8)
+            .collect();
         Synthetic {
             len,
             classes,
             seed,
             templates,
+            texture,
         }
     }
 }
@@ -70,23 +76,26 @@ impl Dataset for Synthetic {
         let dx = (h % 5) as isize - 2;
         let dy = ((h >> 8) % 5) as isize - 2;
         let gain = 160 + ((h >> 16) % 97) as u32; // brightness × gain / 256
-        let mut noise = h;
+        // Texture: a window into a fixed noise table, chosen by the sample (a load, not a draw).
+        let start = (h >> 24) as usize % (self.texture.len() - IMAGE_PIXELS);
+        let texture = &self.texture[start..start + IMAGE_PIXELS];
         for y in 0..IMAGE_SIDE {
-            for x in 0..IMAGE_SIDE {
+            let row = &mut buf[y * IMAGE_SIDE..][..IMAGE_SIDE];
+            let noise = &texture[y * IMAGE_SIDE..][..IMAGE_SIDE];
+            let sy = y as isize - dy;
+            if !(0..IMAGE_SIDE as isize).contains(&sy) {
+                row.copy_from_slice(noise);
+                continue;
+            }
+            let src = &t[sy as usize * IMAGE_SIDE..][..IMAGE_SIDE];
+            for (x, (out, &n)) in row.iter_mut().zip(noise).enumerate() {
                 let sx = x as isize - dx;
-                let sy = y as isize - dy;
-                let base = if (0..IMAGE_SIDE as isize).contains(&sx)
-                    && (0..IMAGE_SIDE as isize).contains(&sy)
-                {
-                    t[sy as usize * IMAGE_SIDE + sx as usize] as u32
+                let base = if (0..IMAGE_SIDE as isize).contains(&sx) {
+                    src[sx as usize] as u32
                 } else {
                     0
                 };
-                noise ^= noise << 13;
-                noise ^= noise >> 7;
-                noise ^= noise << 17;
-                let texture = (noise & 31) as u32;
-                buf[y * IMAGE_SIDE + x] = ((base * gain) / 256 + texture).min(255) as u8;
+                *out = ((base * gain) / 256 + n as u32).min(255) as u8;
             }
         }
     }

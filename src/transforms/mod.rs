@@ -8,22 +8,25 @@
 mod resize;
 mod rotate;
 
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 pub use resize::{CropBox, ResizeScratch, crop_resize, sample_crop, uniform};
 pub use rotate::rotate_nearest;
 
 use crate::config::TransformSpec;
-use crate::hash::splitmix as mix;
+use crate::hash::{SplitMix64, splitmix as mix};
 
 /// The RNG for one sample: a function of (seed, epoch, index) only.
-pub fn sample_rng(seed: u64, epoch: u64, index: u64) -> ChaCha8Rng {
+pub fn sample_rng(seed: u64, epoch: u64, index: u64) -> SplitMix64 {
     let key =
         mix(mix(seed ^ 0x7472_616e_7366_6f72) ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15)) ^ index;
-    ChaCha8Rng::seed_from_u64(mix(key))
+    SplitMix64::new(mix(key))
 }
+
+/// `p / 255` for every byte, as torchvision's ToTensor computes it (a division, not a
+/// multiplication by 1/255, which differs in the last bit for some values).
+static TO_TENSOR: std::sync::LazyLock<[f32; 256]> =
+    std::sync::LazyLock::new(|| std::array::from_fn(|p| p as f32 / 255.0));
 
 /// The random parameters one sample received, for previews and fidelity checks.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -176,15 +179,16 @@ impl Pipeline {
     ) -> SampleParams {
         let normalize = self.normalize;
         let (pixels, params) = self.augment(src, epoch, index, scratch);
+        let table = &*TO_TENSOR;
         match normalize {
             None => {
                 for (o, &p) in out.iter_mut().zip(pixels) {
-                    *o = p as f32 / 255.0;
+                    *o = table[p as usize];
                 }
             }
             Some((mean, std)) => {
                 for (o, &p) in out.iter_mut().zip(pixels) {
-                    *o = (p as f32 / 255.0 - mean) / std;
+                    *o = (table[p as usize] - mean) / std;
                 }
             }
         }

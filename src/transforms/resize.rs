@@ -74,14 +74,47 @@ pub fn uniform<R: Rng>(rng: &mut R, low: f64, high: f64) -> f64 {
 
 const PRECISION_BITS: u32 = 32 - 8 - 2;
 
-/// Reusable coefficient and intermediate buffers.
+/// The fixed-point filter of one axis: per output, (first input, taps) and `ksize` coefficients.
+#[derive(Debug, Default, Clone)]
+struct Coefficients {
+    ksize: usize,
+    bounds: Vec<(usize, usize)>,
+    coeffs: Vec<i32>,
+}
+
+/// Reusable buffers, and the filters already computed (crop sizes repeat: at most one filter
+/// per (input size, output size) pair).
 #[derive(Debug, Default)]
 pub struct ResizeScratch {
-    bounds_h: Vec<(usize, usize)>,
-    coeffs_h: Vec<i32>,
-    bounds_v: Vec<(usize, usize)>,
-    coeffs_v: Vec<i32>,
+    filters: std::collections::HashMap<(usize, usize), Coefficients>,
+    weights: Vec<f64>,
+    row: Vec<u8>,
     temp: Vec<u8>,
+    acc: Vec<i32>,
+}
+
+impl ResizeScratch {
+    /// The filter for (in_size, out_size), taken out of the cache; give it back with `keep`.
+    fn filter(&mut self, in_size: usize, out_size: usize) -> Coefficients {
+        match self.filters.remove(&(in_size, out_size)) {
+            Some(c) => c,
+            None => {
+                let mut c = Coefficients::default();
+                c.ksize = precompute(
+                    in_size,
+                    out_size,
+                    &mut c.bounds,
+                    &mut c.coeffs,
+                    &mut self.weights,
+                );
+                c
+            }
+        }
+    }
+
+    fn keep(&mut self, in_size: usize, out_size: usize, c: Coefficients) {
+        self.filters.insert((in_size, out_size), c);
+    }
 }
 
 /// Pillow's `precompute_coeffs` + `normalize_coeffs_8bpc` for the box [0, in_size).
@@ -91,6 +124,7 @@ fn precompute(
     out_size: usize,
     bounds: &mut Vec<(usize, usize)>,
     coeffs: &mut Vec<i32>,
+    k: &mut Vec<f64>,
 ) -> usize {
     let scale = in_size as f64 / out_size as f64;
     let filterscale = scale.max(1.0);
@@ -99,7 +133,8 @@ fn precompute(
     bounds.clear();
     coeffs.clear();
     coeffs.resize(out_size * ksize, 0);
-    let mut k = vec![0f64; ksize];
+    k.clear();
+    k.resize(ksize, 0.0);
     for xx in 0..out_size {
         let center = (xx as f64 + 0.5) * scale;
         let ss = 1.0 / filterscale;
@@ -126,15 +161,10 @@ fn precompute(
     ksize
 }
 
+/// Pillow's `clip8`: the 8-bit value of a fixed-point accumulator, saturated.
 #[inline]
 fn clip8(v: i32) -> u8 {
-    if v >= (1 << PRECISION_BITS << 8) {
-        255
-    } else if v <= 0 {
-        0
-    } else {
-        (v >> PRECISION_BITS) as u8
-    }
+    (v >> PRECISION_BITS).clamp(0, 255) as u8
 }
 
 /// Crop `src` (`src_w` wide) to `b` and resize to `out_w`×`out_h` into `dst`, exactly as
@@ -158,44 +188,78 @@ pub fn crop_resize(
     }
     let need_h = in_w != out_w;
     let need_v = in_h != out_h;
-    let ksize_h = precompute(in_w, out_w, &mut s.bounds_h, &mut s.coeffs_h);
-    let ksize_v = precompute(in_h, out_h, &mut s.bounds_v, &mut s.coeffs_v);
-    // Horizontal pass over every crop row (in_h rows of out_w), or a plain copy.
+    let fh = s.filter(in_w, out_w);
+    let fv = s.filter(in_h, out_h);
+    // Horizontal pass over every crop row (in_h rows of out_w), or a plain copy. The row is
+    // copied with zero padding so every output reads `ksize` taps (unused taps weigh 0).
     let temp_w = if need_h { out_w } else { in_w };
     s.temp.clear();
     s.temp.resize(temp_w * in_h, 0);
+    s.row.clear();
+    s.row.resize(in_w + fh.ksize, 0);
     for y in 0..in_h {
         let row = &src[(b.top + y) * src_w + b.left..][..in_w];
         let out = &mut s.temp[y * temp_w..][..temp_w];
         if need_h {
-            for (xx, o) in out.iter_mut().enumerate() {
-                let (xmin, n) = s.bounds_h[xx];
-                let k = &s.coeffs_h[xx * ksize_h..][..n];
-                let mut acc: i32 = 1 << (PRECISION_BITS - 1);
-                for (x, kx) in k.iter().enumerate() {
-                    acc += row[xmin + x] as i32 * kx;
+            s.row[..in_w].copy_from_slice(row);
+            let padded = &s.row;
+            if fh.ksize == 3 {
+                // Upsampling (every crop of a RandomResizedCrop to a larger side): three taps.
+                for ((o, &(xmin, _)), k) in out
+                    .iter_mut()
+                    .zip(&fh.bounds)
+                    .zip(fh.coeffs.chunks_exact(3))
+                {
+                    let p = &padded[xmin..xmin + 3];
+                    let acc = (1i32 << (PRECISION_BITS - 1))
+                        + p[0] as i32 * k[0]
+                        + p[1] as i32 * k[1]
+                        + p[2] as i32 * k[2];
+                    *o = clip8(acc);
                 }
-                *o = clip8(acc);
+            } else {
+                for ((o, &(xmin, _)), k) in out
+                    .iter_mut()
+                    .zip(&fh.bounds)
+                    .zip(fh.coeffs.chunks(fh.ksize))
+                {
+                    let acc = padded[xmin..xmin + fh.ksize]
+                        .iter()
+                        .zip(k)
+                        .fold(1i32 << (PRECISION_BITS - 1), |acc, (&p, &c)| {
+                            acc + p as i32 * c
+                        });
+                    *o = clip8(acc);
+                }
             }
         } else {
             out.copy_from_slice(row);
         }
     }
+    s.keep(in_w, out_w, fh);
     if !need_v {
         dst[..out_w * out_h].copy_from_slice(&s.temp[..out_w * out_h]);
+        s.keep(in_h, out_h, fv);
         return;
     }
+    // Vertical pass, a row at a time so the inner loop runs along contiguous memory.
+    s.acc.clear();
+    s.acc.resize(out_w, 0);
     for yy in 0..out_h {
-        let (ymin, n) = s.bounds_v[yy];
-        let k = &s.coeffs_v[yy * ksize_v..][..n];
-        for xx in 0..out_w {
-            let mut acc: i32 = 1 << (PRECISION_BITS - 1);
-            for (y, ky) in k.iter().enumerate() {
-                acc += s.temp[(ymin + y) * temp_w + xx] as i32 * ky;
+        let (ymin, n) = fv.bounds[yy];
+        let k = &fv.coeffs[yy * fv.ksize..][..n];
+        s.acc.fill(1 << (PRECISION_BITS - 1));
+        for (t, &c) in k.iter().enumerate() {
+            let src = &s.temp[(ymin + t) * temp_w..][..out_w];
+            for (a, &p) in s.acc.iter_mut().zip(src) {
+                *a += p as i32 * c;
             }
-            dst[yy * out_w + xx] = clip8(acc);
+        }
+        for (d, &a) in dst[yy * out_w..][..out_w].iter_mut().zip(&s.acc) {
+            *d = clip8(a);
         }
     }
+    s.keep(in_h, out_h, fv);
 }
 
 #[cfg(test)]

@@ -45,28 +45,70 @@ pub fn rotate_nearest(src: &[u8], w: usize, h: usize, angle: f64, fill: u8, dst:
     let (a0, a1, a3, a4) = (fix(m[0]), fix(m[1]), fix(m[3]), fix(m[4]));
     let mut a2 = fix(m[2] + m[0] * 0.5 + m[1] * 0.5);
     let mut a5 = fix(m[5] + m[3] * 0.5 + m[4] * 0.5);
+    let inside =
+        |xx: i32, yy: i32| ((xx >> 16) as u32 as usize) < w && ((yy >> 16) as u32 as usize) < h;
     for y in 0..h {
-        let (mut xx, mut yy) = (a2, a5);
         let row = &mut dst[y * w..][..w];
-        for out in row.iter_mut() {
-            let xin = xx >> 16;
-            let yin = yy >> 16;
-            *out = if xin >= 0 && (xin as usize) < w && yin >= 0 && (yin as usize) < h {
-                src[yin as usize * w + xin as usize]
-            } else {
-                fill
-            };
-            xx = xx.wrapping_add(a0);
-            yy = yy.wrapping_add(a3);
+        // Source coordinates are affine in x, so the pixels that land inside the source form
+        // one run: find its ends, fill around it, copy inside it without per-pixel checks.
+        let at = |x: usize| {
+            (
+                a2.wrapping_add(a0.wrapping_mul(x as i32)),
+                a5.wrapping_add(a3.wrapping_mul(x as i32)),
+            )
+        };
+        let first = (0..w).find(|&x| {
+            let (xx, yy) = at(x);
+            inside(xx, yy)
+        });
+        match first {
+            None => row.fill(fill),
+            Some(lo) => {
+                let hi = (lo..w)
+                    .rev()
+                    .find(|&x| {
+                        let (xx, yy) = at(x);
+                        inside(xx, yy)
+                    })
+                    .map_or(lo, |x| x + 1);
+                row[..lo].fill(fill);
+                row[hi..].fill(fill);
+                let (mut xx, mut yy) = at(lo);
+                for out in &mut row[lo..hi] {
+                    *out = src[(yy >> 16) as usize * w + (xx >> 16) as usize];
+                    xx = xx.wrapping_add(a0);
+                    yy = yy.wrapping_add(a3);
+                }
+            }
         }
         a2 = a2.wrapping_add(a1);
         a5 = a5.wrapping_add(a4);
     }
 }
 
-/// Python's `round(v, 15)`: the nearest multiple of 1e-15, as the nearest double.
-fn round15(v: f64) -> f64 {
-    format!("{v:.15}").parse().unwrap_or(v)
+/// Python's `round(v, 15)`: the nearest multiple of 1e-15 (ties to even), as the nearest
+/// double, without going through a decimal string.
+///
+/// `p = v·1e15` is rounded, but `fma` recovers its exact error, so the rounding decision is
+/// made on the exact product; the result `r / 1e15` is one correctly rounded division of two
+/// exact doubles, i.e. the same double Python parses from the decimal digits.
+pub fn round15(v: f64) -> f64 {
+    let p = v * 1e15;
+    if !p.is_finite() || p.abs() >= 4.5e15 {
+        return v; // already coarser than 1e-15 steps
+    }
+    let err = v.mul_add(1e15, -p); // v·1e15 = p + err exactly
+    let floor = p.floor();
+    let frac = p - floor; // exact
+    let diff = (frac - 0.5) + err; // sign of (exact fraction − ½)
+    let up = if diff > 0.0 {
+        true
+    } else if diff < 0.0 {
+        false
+    } else {
+        floor % 2.0 != 0.0
+    };
+    (if up { floor + 1.0 } else { floor }) / 1e15
 }
 
 #[cfg(test)]
@@ -93,6 +135,20 @@ mod tests {
         let at = dst.iter().position(|&v| v == 255).unwrap();
         let (x, y) = (at % 28, at / 28);
         assert!(y < 10 && (13..=15).contains(&x), "({x}, {y})");
+    }
+
+    #[test]
+    fn round15_matches_the_decimal_route() {
+        let mut x = 0.123_456_789f64;
+        for i in 0..200_000 {
+            x = (x * 9_301.0 + 49_297.0 + i as f64).sin();
+            let reference: f64 = format!("{x:.15}").parse().unwrap();
+            assert_eq!(round15(x), reference, "{x:e}");
+        }
+        for v in [0.0, -0.0, 1.0, -1.0, 0.5e-15, 1.5e-15, 2.5e-15, -2.5e-15] {
+            let reference: f64 = format!("{v:.15}").parse().unwrap();
+            assert_eq!(round15(v), reference, "{v:e}");
+        }
     }
 
     #[test]
