@@ -473,6 +473,24 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
             order_effect: order_effect(&mine),
         });
     }
+    if let Some(tasks) = &raw.meta.tasks {
+        // Separate processes, possibly on separate nodes: positions in the plan say nothing
+        // about what ran before a run on the same machine.
+        for s in &mut summaries {
+            s.order_effect.flagged = false;
+        }
+        let mut hosts: Vec<&str> = tasks.iter().map(|t| t.host.as_str()).collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        warnings.push(format!(
+            "the runs ran as {} separate tasks (a Slurm job array) on {} host(s): {}; each run \
+             started a fresh process, so order effects are not assessed and speed differences \
+             between hosts add to the spread",
+            tasks.len(),
+            hosts.len(),
+            hosts.join(", ")
+        ));
+    }
     for s in &summaries {
         if s.order_effect.flagged {
             warnings.push(format!(

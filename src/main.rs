@@ -58,6 +58,12 @@ enum Command {
     Run {
         #[arg(value_name = "EXPERIMENT.toml")]
         experiment: PathBuf,
+        /// Run only planned run K (see `plan`), e.g. as one Slurm array task; repeatable.
+        #[arg(long = "only-run", value_name = "K")]
+        only_run: Vec<usize>,
+        /// With --only-run: also record the profiled run of these runs' conditions.
+        #[arg(long)]
+        with_profile: bool,
     },
     /// Check experiment files and print every problem; exit 0 only when all pass.
     Validate {
@@ -104,6 +110,35 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         steps: usize,
     },
+    /// Run the plan as a Slurm job array (one task per run, or per condition), each task
+    /// writing to <shared>/runs/task-K; then `loaderlab merge <shared>/runs/* --out DIR`.
+    /// The shared folder is --out (default reports/<name>.slurm).
+    Slurm {
+        #[arg(value_name = "EXPERIMENT.toml")]
+        experiment: PathBuf,
+        #[arg(long)]
+        partition: Option<String>,
+        /// Generic resources per task, e.g. gpu:1.
+        #[arg(long)]
+        gres: Option<String>,
+        /// Time limit per task, e.g. 00:30:00.
+        #[arg(long)]
+        time: Option<String>,
+        #[arg(long)]
+        cpus_per_task: Option<u32>,
+        /// One array task per run (default) or per condition.
+        #[arg(long, value_enum, default_value_t = Per::Run)]
+        per: Per,
+        /// Write the script and print it; do not submit.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Combine task folders (from `slurm` or `run --only-run`) into one results folder,
+    /// refusing mismatched configurations and missing or duplicated runs; builds its report.
+    Merge {
+        #[arg(value_name = "DIR", required = true)]
+        dirs: Vec<PathBuf>,
+    },
     /// Print the expanded conditions and the run order.
     Plan {
         #[arg(value_name = "FILE")]
@@ -111,6 +146,12 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Per {
+    Run,
+    Condition,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -124,7 +165,11 @@ fn main() -> ExitCode {
     let overrides = Overrides::from_process(cli.global.set.clone());
     let command = match (cli.command, cli.experiment) {
         (Some(c), _) => c,
-        (None, Some(experiment)) => Command::Run { experiment },
+        (None, Some(experiment)) => Command::Run {
+            experiment,
+            only_run: Vec::new(),
+            with_profile: false,
+        },
         (None, None) => {
             eprintln!(
                 "error: give an experiment file, e.g. `loaderlab experiments/dataloader_workers.toml`, or a subcommand (see --help)"
@@ -134,6 +179,95 @@ fn main() -> ExitCode {
     };
     match command {
         Command::Validate { files } => validate(&files, &overrides),
+        Command::Slurm {
+            experiment,
+            partition,
+            gres,
+            time,
+            cpus_per_task,
+            per,
+            dry_run,
+        } => match config::load(&experiment, &overrides) {
+            Ok(exp) => {
+                let plan = plan::build(&exp);
+                let shared = cli.global.out.clone().unwrap_or_else(|| {
+                    let mut p = exp.output_dir(None).into_os_string();
+                    p.push(".slurm");
+                    PathBuf::from(p)
+                });
+                let opts = loaderlab::slurm::SlurmOptions {
+                    shared: shared.clone(),
+                    partition,
+                    gres,
+                    time,
+                    cpus_per_task,
+                    grouping: match per {
+                        Per::Run => loaderlab::slurm::Grouping::Run,
+                        Per::Condition => loaderlab::slurm::Grouping::Condition,
+                    },
+                };
+                let script = match loaderlab::slurm::prepare(
+                    &exp,
+                    &plan,
+                    &runner::resolved_toml(&exp),
+                    &opts,
+                ) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("error: cannot write the job into {}: {e}", shared.display());
+                        return ExitCode::from(EXIT_FAILED);
+                    }
+                };
+                let merge_hint = format!(
+                    "loaderlab merge {}/runs/task-* --out {}",
+                    shared.display(),
+                    exp.output_dir(None).display()
+                );
+                if dry_run {
+                    print!("{}", std::fs::read_to_string(&script).unwrap_or_default());
+                    eprintln!(
+                        "wrote {} (not submitted); after the job: {merge_hint}",
+                        script.display()
+                    );
+                    return ExitCode::SUCCESS;
+                }
+                match loaderlab::slurm::submit(&script) {
+                    Ok(id) => {
+                        println!("{id}");
+                        eprintln!(
+                            "submitted job {id} ({}); when it has finished: {merge_hint}",
+                            script.display()
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::from(EXIT_FAILED)
+                    }
+                }
+            }
+            Err(e) => config_failure(&experiment, &e),
+        },
+        Command::Merge { dirs } => {
+            let Some(out) = cli.global.out.clone() else {
+                eprintln!("error: merge needs --out DIR for the merged results");
+                return ExitCode::from(EXIT_INVALID);
+            };
+            match loaderlab::merge::merge(&dirs, &out) {
+                Ok(n) => {
+                    println!(
+                        "merged {n} runs from {} task folders: {}",
+                        dirs.len(),
+                        out.join(loaderlab::report::REPORT_MD).display()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(EXIT_FAILED)
+                }
+            }
+        }
         Command::Preview {
             experiment,
             n,
@@ -228,8 +362,12 @@ fn main() -> ExitCode {
             }
             Err(e) => config_failure(&file, &e),
         },
-        Command::Run { experiment } => match config::load(&experiment, &overrides) {
-            Ok(exp) => run(&exp, &cli.global),
+        Command::Run {
+            experiment,
+            only_run,
+            with_profile,
+        } => match config::load(&experiment, &overrides) {
+            Ok(exp) => run(&exp, &cli.global, &only_run, with_profile),
             Err(e) => config_failure(&experiment, &e),
         },
     }
@@ -277,8 +415,35 @@ fn config_failure(file: &std::path::Path, e: &ConfigError) -> ExitCode {
     ExitCode::from(EXIT_INVALID)
 }
 
-fn run(exp: &config::Experiment, global: &Global) -> ExitCode {
+fn run(
+    exp: &config::Experiment,
+    global: &Global,
+    only_run: &[usize],
+    with_profile: bool,
+) -> ExitCode {
     let plan = plan::build(exp);
+    if let Some(bad) = only_run.iter().find(|k| **k >= plan.runs.len()) {
+        eprintln!(
+            "error: --only-run {bad}: the plan has runs 0 to {} (see `loaderlab plan`)",
+            plan.runs.len().saturating_sub(1)
+        );
+        return ExitCode::from(EXIT_INVALID);
+    }
+    let (only_runs, profile_conditions) = if only_run.is_empty() {
+        (None, None)
+    } else {
+        let mut conditions: Vec<usize> = if with_profile {
+            only_run
+                .iter()
+                .map(|k| plan.runs[*k].condition_index)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        conditions.sort_unstable();
+        conditions.dedup();
+        (Some(only_run.to_vec()), Some(conditions))
+    };
     let out = exp.output_dir(global.out.as_deref());
     if !global.quiet {
         eprint!("{}", plan.to_text());
@@ -290,6 +455,8 @@ fn run(exp: &config::Experiment, global: &Global) -> ExitCode {
         out: out.clone(),
         quiet: global.quiet,
         command: command.join(" "),
+        only_runs,
+        profile_conditions,
     };
     match runner::run(exp, &plan, &opts) {
         Ok(_meta) => {

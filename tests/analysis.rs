@@ -73,6 +73,7 @@ fn folder(dir: &Path, img_per_s: [f64; 6], steps: impl Fn(usize) -> [(f64, f64);
             devices: vec!["cpu".into()],
             ..Default::default()
         },
+        tasks: None,
     };
     std::fs::write(dir.join("run.json"), serde_json::to_string(&meta).unwrap()).unwrap();
     let mut runs = format!("{}\n", RUN_COLUMNS.join(","));

@@ -313,6 +313,26 @@ fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> Strin
             c.device
         );
     }
+    if let Some(tasks) = &meta.tasks {
+        let list: Vec<String> = tasks
+            .iter()
+            .map(|t| {
+                let runs: Vec<String> = t.runs.iter().map(|r| r.to_string()).collect();
+                format!(
+                    "`{}` ran {} on {}",
+                    t.dir,
+                    runs.join(", "),
+                    if t.host.is_empty() { "?" } else { &t.host }
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            md,
+            "| execution | {} separate tasks (Slurm job array), merged: {} |",
+            tasks.len(),
+            list.join("; ")
+        );
+    }
     let _ = writeln!(md);
 
     // Results.

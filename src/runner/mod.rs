@@ -74,6 +74,10 @@ pub struct RunOptions {
     pub quiet: bool,
     /// The command line that reproduces this run, for the report.
     pub command: String,
+    /// Only these planned runs (by index); all when None. Used by Slurm array tasks.
+    pub only_runs: Option<Vec<usize>>,
+    /// Profile only these conditions (by index); all when None.
+    pub profile_conditions: Option<Vec<usize>>,
 }
 
 /// What the runner learned besides the raw rows, written to `run.json`.
@@ -94,6 +98,18 @@ pub struct RunMeta {
     pub interrupted: bool,
     pub timing_note: String,
     pub environment: crate::environment::Environment,
+    /// Set when the runs were executed as separate tasks (a Slurm job array) and merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<Vec<TaskInfo>>,
+}
+
+/// One task of a distributed run: where it ran and which runs it executed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskInfo {
+    pub dir: String,
+    pub host: String,
+    pub runs: Vec<usize>,
+    pub profiled: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -170,7 +186,7 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
         std::fs::remove_dir_all(&partial).map_err(out_err(&partial))?;
     }
     std::fs::create_dir_all(partial.join(TRACES_DIR)).map_err(out_err(&partial))?;
-    let resolved = toml::to_string(&ResolvedFile::new(exp)).unwrap_or_default();
+    let resolved = resolved_toml(exp);
     write_atomic(&partial.join(CONFIG_TOML), resolved.as_bytes()).map_err(out_err(&partial))?;
     let plan_json = serde_json::to_vec_pretty(plan).unwrap_or_default();
     write_atomic(&partial.join(PLAN_JSON), &plan_json).map_err(out_err(&partial))?;
@@ -274,7 +290,12 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
     let total_runs = plan.runs.len();
     let mut interrupted = false;
 
-    for planned in &plan.runs {
+    let selected = plan.runs.iter().filter(|r| {
+        opts.only_runs
+            .as_ref()
+            .is_none_or(|only| only.contains(&r.index))
+    });
+    for planned in selected {
         if INTERRUPTED.load(Ordering::SeqCst) {
             interrupted = true;
             break;
@@ -417,7 +438,12 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
 
     // Profiled runs: separate, short, traced; never part of the speed figures.
     if !interrupted && exp.base.protocol.profile {
-        for (i, c) in exp.conditions.iter().enumerate() {
+        let profiled = exp.conditions.iter().enumerate().filter(|(i, _)| {
+            opts.profile_conditions
+                .as_ref()
+                .is_none_or(|only| only.contains(i))
+        });
+        for (i, c) in profiled {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 interrupted = true;
                 break;
@@ -490,6 +516,7 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
         environment: crate::environment::Environment::capture(
             devices.values().map(|c| c.name.clone()).collect(),
         ),
+        tasks: None,
     };
     let meta_json = serde_json::to_vec_pretty(&meta).unwrap_or_default();
     write_atomic(&partial.join(RUN_JSON), &meta_json).map_err(out_err(&partial))?;
@@ -572,6 +599,12 @@ pub fn promote(partial: &Path, out: &Path) -> std::io::Result<()> {
         std::fs::rename(partial, out)?;
     }
     Ok(())
+}
+
+/// The experiment as it runs, as a TOML experiment file of its own: the resolved base settings
+/// and every condition listed explicitly. Loading it gives the same conditions and plan.
+pub fn resolved_toml(exp: &Experiment) -> String {
+    toml::to_string(&ResolvedFile::new(exp)).unwrap_or_default()
 }
 
 /// The experiment as it ran: the base settings plus the conditions.

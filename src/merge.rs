@@ -1,0 +1,278 @@
+//! `loaderlab merge`: combine the folders of separately executed runs (Slurm array tasks) into
+//! one results folder that `report` and `verify` accept.
+//!
+//! Invariant: a merge refuses rather than mixes: every task must have run the same resolved
+//! configuration and plan, and every planned run must appear exactly once.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::runner::records::{
+    CONFIG_TOML, PLAN_JSON, RUN_JSON, RUNS_CSV, STEPS_CSV, TRACES_DIR, write_atomic,
+};
+use crate::runner::{RunMeta, TaskInfo, partial_dir, promote};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("{}: {message}", dir.display())]
+    Task { dir: PathBuf, message: String },
+    #[error("{}: ran a different {what} than {}; refusing to merge results of different experiments", dir.display(), reference.display())]
+    Mismatch {
+        dir: PathBuf,
+        reference: PathBuf,
+        what: &'static str,
+    },
+    #[error("the tasks do not cover the plan exactly once:{missing}{duplicated}")]
+    Coverage { missing: String, duplicated: String },
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no task folders given")]
+    Empty,
+}
+
+struct Task {
+    dir: PathBuf,
+    plan: serde_json::Value,
+    config: String,
+    meta: RunMeta,
+    /// run index → its runs.csv row
+    runs: BTreeMap<usize, String>,
+    /// run index → its steps.csv rows
+    steps: BTreeMap<usize, Vec<String>>,
+}
+
+fn read(dir: &Path, name: &str) -> Result<String, MergeError> {
+    std::fs::read_to_string(dir.join(name)).map_err(|e| MergeError::Task {
+        dir: dir.to_path_buf(),
+        message: format!("cannot read {name}: {e}"),
+    })
+}
+
+fn rows_by_run(
+    dir: &Path,
+    name: &str,
+    text: &str,
+) -> Result<BTreeMap<usize, Vec<String>>, MergeError> {
+    let mut out: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    for (i, line) in text.lines().enumerate().skip(1) {
+        if line.is_empty() {
+            continue;
+        }
+        let run = line
+            .split(',')
+            .next()
+            .and_then(|f| f.parse::<usize>().ok())
+            .ok_or_else(|| MergeError::Task {
+                dir: dir.to_path_buf(),
+                message: format!("{name} line {}: no run number", i + 1),
+            })?;
+        out.entry(run).or_default().push(line.to_string());
+    }
+    Ok(out)
+}
+
+fn load(dir: &Path) -> Result<Task, MergeError> {
+    let task_err = |message: String| MergeError::Task {
+        dir: dir.to_path_buf(),
+        message,
+    };
+    let plan: serde_json::Value = serde_json::from_str(&read(dir, PLAN_JSON)?)
+        .map_err(|e| task_err(format!("{PLAN_JSON} is not valid JSON: {e}")))?;
+    let meta: RunMeta = serde_json::from_str(&read(dir, RUN_JSON)?)
+        .map_err(|e| task_err(format!("{RUN_JSON} is not valid: {e}")))?;
+    if meta.interrupted {
+        return Err(task_err(
+            "this task was interrupted; rerun it before merging".into(),
+        ));
+    }
+    let runs = rows_by_run(dir, RUNS_CSV, &read(dir, RUNS_CSV)?)?
+        .into_iter()
+        .map(|(k, mut v)| (k, v.remove(0)))
+        .collect();
+    Ok(Task {
+        dir: dir.to_path_buf(),
+        config: read(dir, CONFIG_TOML)?,
+        steps: rows_by_run(dir, STEPS_CSV, &read(dir, STEPS_CSV)?)?,
+        plan,
+        meta,
+        runs,
+    })
+}
+
+/// Merge task folders into `out` (built in `<out>.partial`, moved into place when complete),
+/// then build its report. Returns the number of runs merged.
+pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<usize, MergeError> {
+    let tasks: Vec<Task> = dirs.iter().map(|d| load(d)).collect::<Result<_, _>>()?;
+    let Some(first) = tasks.first() else {
+        return Err(MergeError::Empty);
+    };
+    for t in &tasks[1..] {
+        if t.config != first.config {
+            return Err(MergeError::Mismatch {
+                dir: t.dir.clone(),
+                reference: first.dir.clone(),
+                what: "configuration (config.resolved.toml)",
+            });
+        }
+        if t.plan != first.plan {
+            return Err(MergeError::Mismatch {
+                dir: t.dir.clone(),
+                reference: first.dir.clone(),
+                what: "plan (plan.json)",
+            });
+        }
+    }
+    let planned: Vec<usize> = first.plan["runs"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .filter_map(|x| x["index"].as_u64().map(|i| i as usize))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut owner: BTreeMap<usize, Vec<&Path>> = BTreeMap::new();
+    for t in &tasks {
+        for run in t.runs.keys() {
+            owner.entry(*run).or_default().push(&t.dir);
+        }
+    }
+    let missing: Vec<String> = planned
+        .iter()
+        .filter(|r| !owner.contains_key(r))
+        .map(|r| r.to_string())
+        .collect();
+    let duplicated: Vec<String> = owner
+        .iter()
+        .filter(|(_, d)| d.len() > 1)
+        .map(|(r, d)| {
+            format!(
+                "run {r} in {}",
+                d.iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            )
+        })
+        .collect();
+    let unplanned: Vec<String> = owner
+        .keys()
+        .filter(|r| !planned.contains(r))
+        .map(|r| r.to_string())
+        .collect();
+    if !missing.is_empty() || !duplicated.is_empty() || !unplanned.is_empty() {
+        return Err(MergeError::Coverage {
+            missing: if missing.is_empty() {
+                String::new()
+            } else {
+                format!(" missing runs {}", missing.join(", "))
+            },
+            duplicated: [
+                if duplicated.is_empty() {
+                    String::new()
+                } else {
+                    format!("; duplicated: {}", duplicated.join("; "))
+                },
+                if unplanned.is_empty() {
+                    String::new()
+                } else {
+                    format!("; not in the plan: runs {}", unplanned.join(", "))
+                },
+            ]
+            .concat(),
+        });
+    }
+
+    let partial = partial_dir(out);
+    let werr = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| MergeError::Write { path, source }
+    };
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial).map_err(werr(&partial))?;
+    }
+    std::fs::create_dir_all(partial.join(TRACES_DIR)).map_err(werr(&partial))?;
+    let mut runs_csv = format!("{}\n", crate::runner::records::RUN_COLUMNS.join(","));
+    let mut steps_csv = format!("{}\n", crate::runner::records::STEP_COLUMNS.join(","));
+    for run in &planned {
+        let t = tasks
+            .iter()
+            .find(|t| t.runs.contains_key(run))
+            .expect("coverage checked above");
+        runs_csv.push_str(&t.runs[run]);
+        runs_csv.push('\n');
+        for line in t.steps.get(run).into_iter().flatten() {
+            steps_csv.push_str(line);
+            steps_csv.push('\n');
+        }
+    }
+    let mut meta = first.meta.clone();
+    let mut infos = Vec::new();
+    for (ci, c) in meta.conditions.iter_mut().enumerate() {
+        c.trace = None;
+        for t in &tasks {
+            let Some(file) = t.meta.conditions.get(ci).and_then(|tc| tc.trace.clone()) else {
+                continue;
+            };
+            let from = t.dir.join(&file);
+            let to = partial.join(&file);
+            std::fs::copy(&from, &to).map_err(|e| MergeError::Task {
+                dir: t.dir.clone(),
+                message: format!("cannot copy {file}: {e}"),
+            })?;
+            c.trace = Some(file);
+            c.profile_startup_ms = t.meta.conditions[ci].profile_startup_ms;
+            break;
+        }
+    }
+    for t in &tasks {
+        for w in t.meta.warnings.iter().chain(&t.meta.notices) {
+            if !meta.warnings.contains(w) && !meta.notices.contains(w) {
+                meta.warnings.push(w.clone());
+            }
+        }
+        meta.started_unix_s = meta.started_unix_s.min(t.meta.started_unix_s);
+        meta.finished_unix_s = meta.finished_unix_s.max(t.meta.finished_unix_s);
+        infos.push(TaskInfo {
+            dir: t.dir.display().to_string(),
+            host: t.meta.environment.hostname.clone(),
+            runs: t.runs.keys().copied().collect(),
+            profiled: t
+                .meta
+                .conditions
+                .iter()
+                .filter(|c| c.trace.is_some())
+                .map(|c| c.name.clone())
+                .collect(),
+        });
+    }
+    meta.tasks = Some(infos);
+    meta.interrupted = false;
+    let files: [(&str, Vec<u8>); 5] = [
+        (
+            PLAN_JSON,
+            serde_json::to_vec_pretty(&first.plan).unwrap_or_default(),
+        ),
+        (CONFIG_TOML, first.config.clone().into_bytes()),
+        (RUNS_CSV, runs_csv.into_bytes()),
+        (STEPS_CSV, steps_csv.into_bytes()),
+        (
+            RUN_JSON,
+            serde_json::to_vec_pretty(&meta).unwrap_or_default(),
+        ),
+    ];
+    for (name, bytes) in files {
+        write_atomic(&partial.join(name), &bytes).map_err(werr(&partial.join(name)))?;
+    }
+    crate::report::build(&partial).map_err(|e| MergeError::Task {
+        dir: partial.clone(),
+        message: format!("report: {e}"),
+    })?;
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(werr(parent))?;
+    }
+    promote(&partial, out).map_err(werr(out))?;
+    Ok(planned.len())
+}
