@@ -276,48 +276,43 @@ fn bootstrap<F: Fn(&[Vec<f64>]) -> f64>(groups: &[&[f64]], seed: u64, stat: F) -
     (quantile(&stats, 0.025), quantile(&stats, 0.975))
 }
 
-/// Per-run step statistics, with polars.
-fn step_stats(steps: &DataFrame) -> Result<DataFrame, AnalysisError> {
+/// The step statistics computed per run and per condition, by column name.
+const STAT_COLUMNS: [&str; 7] = [
+    "batch_wait_median_ms",
+    "batch_wait_p95_ms",
+    "batch_wait_max_ms",
+    "h2d_median_ms",
+    "compute_median_ms",
+    "step_median_ms",
+    "wait_share",
+];
+
+/// Step statistics grouped by `key` (`run`, or `condition` for pooled figures), with polars.
+fn step_stats(steps: DataFrame, key: &str) -> Result<DataFrame, AnalysisError> {
     Ok(steps
-        .clone()
         .lazy()
-        .group_by([col("run")])
+        .group_by([col(key)])
         .agg([
             col("step").count().alias("steps"),
-            col("batch_wait_ms").median().alias("batch_wait_median_ms"),
+            col("batch_wait_ms").median().alias(STAT_COLUMNS[0]),
             col("batch_wait_ms")
                 .quantile(lit(0.95), QuantileMethod::Linear)
-                .alias("batch_wait_p95_ms"),
-            col("batch_wait_ms").max().alias("batch_wait_max_ms"),
-            col("h2d_ms").median().alias("h2d_median_ms"),
-            col("compute_ms").median().alias("compute_median_ms"),
-            col("step_ms").median().alias("step_median_ms"),
-            (col("batch_wait_ms").sum() / col("step_ms").sum()).alias("wait_share"),
+                .alias(STAT_COLUMNS[1]),
+            col("batch_wait_ms").max().alias(STAT_COLUMNS[2]),
+            col("h2d_ms").median().alias(STAT_COLUMNS[3]),
+            col("compute_ms").median().alias(STAT_COLUMNS[4]),
+            col("step_ms").median().alias(STAT_COLUMNS[5]),
+            (col("batch_wait_ms").sum() / col("step_ms").sum()).alias(STAT_COLUMNS[6]),
         ])
-        .sort(["run"], Default::default())
+        .sort([key], Default::default())
         .collect()?)
 }
 
-/// Pooled step statistics per condition, with polars (completed runs only).
-fn pooled_stats(steps: &DataFrame, complete_runs: &[i64]) -> Result<DataFrame, AnalysisError> {
-    let runs = i64s(steps, "run")?;
-    let mask: BooleanChunked = runs.iter().map(|r| complete_runs.contains(r)).collect();
-    Ok(steps
-        .filter(&mask)?
-        .lazy()
-        .group_by([col("condition")])
-        .agg([
-            col("batch_wait_ms").median().alias("p50"),
-            col("batch_wait_ms")
-                .quantile(lit(0.95), QuantileMethod::Linear)
-                .alias("p95"),
-            col("batch_wait_ms").max().alias("max"),
-            col("h2d_ms").median().alias("h2d"),
-            col("compute_ms").median().alias("compute"),
-            col("step_ms").median().alias("step"),
-            (col("batch_wait_ms").sum() / col("step_ms").sum()).alias("share"),
-        ])
-        .collect()?)
+fn stat_columns(df: &DataFrame) -> Result<BTreeMap<&'static str, Vec<f64>>, AnalysisError> {
+    STAT_COLUMNS
+        .into_iter()
+        .map(|c| Ok((c, f64s(df, c)?)))
+        .collect()
 }
 
 pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
@@ -325,22 +320,11 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
     let mut warnings = raw.meta.warnings.clone();
 
     // Per run.
-    let per_run = step_stats(&raw.steps)?;
+    let per_run = step_stats(raw.steps.clone(), "run")?;
     let stat_runs = i64s(&per_run, "run")?;
     let stat_index: HashMap<i64, usize> =
         stat_runs.iter().enumerate().map(|(i, r)| (*r, i)).collect();
-    let cols: BTreeMap<&str, Vec<f64>> = [
-        "batch_wait_median_ms",
-        "batch_wait_p95_ms",
-        "batch_wait_max_ms",
-        "h2d_median_ms",
-        "compute_median_ms",
-        "step_median_ms",
-        "wait_share",
-    ]
-    .into_iter()
-    .map(|c| Ok((c, f64s(&per_run, c)?)))
-    .collect::<Result<_, AnalysisError>>()?;
+    let cols = stat_columns(&per_run)?;
     let step_counts = i64s(&per_run, "steps")?;
 
     let r = &raw.runs;
@@ -395,13 +379,11 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
     // Per condition, in plan order, over completed runs.
     let complete: Vec<&RunSummary> = runs.iter().filter(|r| !r.interrupted).collect();
     let complete_ids: Vec<i64> = complete.iter().map(|r| r.run).collect();
-    let pooled = pooled_stats(&raw.steps, &complete_ids)?;
+    let all_runs = i64s(&raw.steps, "run")?;
+    let mask: BooleanChunked = all_runs.iter().map(|r| complete_ids.contains(r)).collect();
+    let pooled = step_stats(raw.steps.filter(&mask)?, "condition")?;
     let pooled_names = strs(&pooled, "condition")?;
-    let pooled_cols: BTreeMap<&str, Vec<f64>> =
-        ["p50", "p95", "max", "h2d", "compute", "step", "share"]
-            .into_iter()
-            .map(|c| Ok((c, f64s(&pooled, c)?)))
-            .collect::<Result<_, AnalysisError>>()?;
+    let pooled_cols = stat_columns(&pooled)?;
     let baseline = raw
         .plan
         .conditions
@@ -461,13 +443,13 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
             img_per_s_min: values.iter().copied().fold(f64::INFINITY, f64::min),
             img_per_s_max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
             img_per_s_ci: bootstrap(&[&values], seed ^ 0x100 ^ ci as u64, |s| median(&s[0])),
-            batch_wait_p50_ms: pooled_of("p50"),
-            batch_wait_p95_ms: pooled_of("p95"),
-            batch_wait_max_ms: pooled_of("max"),
-            h2d_median_ms: pooled_of("h2d"),
-            compute_median_ms: pooled_of("compute"),
-            step_median_ms: pooled_of("step"),
-            wait_share: pooled_of("share"),
+            batch_wait_p50_ms: pooled_of("batch_wait_median_ms"),
+            batch_wait_p95_ms: pooled_of("batch_wait_p95_ms"),
+            batch_wait_max_ms: pooled_of("batch_wait_max_ms"),
+            h2d_median_ms: pooled_of("h2d_median_ms"),
+            compute_median_ms: pooled_of("compute_median_ms"),
+            step_median_ms: pooled_of("step_median_ms"),
+            wait_share: pooled_of("wait_share"),
             startup_ms_median: median(&mine.iter().map(|r| r.startup_ms).collect::<Vec<_>>()),
             speedup,
             order_effect: order_effect(&mine),

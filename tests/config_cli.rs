@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
+mod common;
+use common::loaderlab;
 use serde_json::Value;
 
 const BASE: &str = r#"
@@ -15,16 +16,6 @@ name = "t"
 kind = "synthetic"
 synthetic_size = 512
 "#;
-
-fn loaderlab() -> Command {
-    let mut cmd = Command::cargo_bin("loaderlab").unwrap();
-    for (k, _) in std::env::vars() {
-        if k.starts_with("LOADERLAB_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
 
 fn write(dir: &Path, text: &str) -> PathBuf {
     let path = dir.join("exp.toml");

@@ -5,17 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command as StdCommand, Stdio};
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
-
-fn loaderlab() -> Command {
-    let mut cmd = Command::cargo_bin("loaderlab").unwrap();
-    for (k, _) in std::env::vars() {
-        if k.starts_with("LOADERLAB_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
+mod common;
+use common::loaderlab;
 
 /// A small experiment: 2 conditions × 2 rounds × 12 timed steps of batch 16.
 const QUICK: &str = r#"

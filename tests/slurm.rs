@@ -6,17 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command as StdCommand;
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
-
-fn loaderlab() -> Command {
-    let mut cmd = Command::cargo_bin("loaderlab").unwrap();
-    for (k, _) in std::env::vars() {
-        if k.starts_with("LOADERLAB_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
+mod common;
+use common::loaderlab;
 
 const TINY: &str = r#"
 [experiment]
