@@ -253,7 +253,8 @@ fn main() -> ExitCode {
                 eprintln!("error: merge needs --out DIR for the merged results");
                 return ExitCode::from(EXIT_INVALID);
             };
-            match loaderlab::merge::merge(&dirs, &out) {
+            let command: Vec<String> = std::env::args().collect();
+            match loaderlab::merge::merge(&dirs, &out, &command.join(" ")) {
                 Ok(n) => {
                     println!(
                         "merged {n} runs from {} task folders: {}",

@@ -103,8 +103,9 @@ fn load(dir: &Path) -> Result<Task, MergeError> {
 }
 
 /// Merge task folders into `out` (built in `<out>.partial`, moved into place when complete),
-/// then build its report. Returns the number of runs merged.
-pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<usize, MergeError> {
+/// then build its report; `command` is recorded as what reproduces the merge. Returns the
+/// number of runs merged.
+pub fn merge(dirs: &[PathBuf], out: &Path, command: &str) -> Result<usize, MergeError> {
     let tasks: Vec<Task> = dirs.iter().map(|d| load(d)).collect::<Result<_, _>>()?;
     let Some(first) = tasks.first() else {
         return Err(MergeError::Empty);
@@ -249,6 +250,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<usize, MergeError> {
         });
     }
     meta.tasks = Some(infos);
+    meta.command = command.to_string();
     meta.interrupted = false;
     let files: [(&str, Vec<u8>); 5] = [
         (

@@ -1,15 +1,8 @@
-//! Names shared by the runner, the loader and the analysis of Chrome traces.
-
-/// Training-thread span: time inside the loader's next.
-pub const BATCH_WAIT: &str = "batch_wait";
-/// Training-thread span: host-to-device copy (submission on CUDA).
-pub const H2D_TRANSFER: &str = "h2d_transfer";
-/// Training-thread span: forward, loss, backward and optimizer step.
-pub const FORWARD_BACKWARD_ADAM: &str = "forward_backward_adam";
-/// Loader span: building one batch (on a worker's track, or inside batch_wait when workers = 0).
-pub const BUILD_BATCH: &str = "build_batch";
-/// The training-step spans, in step order.
-pub const STEP_SPANS: [&str; 3] = [BATCH_WAIT, H2D_TRANSFER, FORWARD_BACKWARD_ADAM];
+//! Chrome traces: the span names shared by the runner, the loader and the analysis, and the
+//! recorder that writes one trace file per profiled run.
+//!
+//! Invariant: spans are recorded only between `Recording::start` and `stop`, so timed runs pay
+//! nothing, and a trace file is complete JSON once `finish` returns (or the recording drops).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -21,6 +14,17 @@ use std::time::Duration;
 use tracing_chrome::{ChromeLayerBuilder, FlushGuard};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{Layer, filter};
+
+/// Training-thread span: time inside the loader's next.
+pub const BATCH_WAIT: &str = "batch_wait";
+/// Training-thread span: host-to-device copy (submission on CUDA).
+pub const H2D_TRANSFER: &str = "h2d_transfer";
+/// Training-thread span: forward, loss, backward and optimizer step.
+pub const FORWARD_BACKWARD_ADAM: &str = "forward_backward_adam";
+/// Loader span: building one batch (on a worker's track, or inside batch_wait when workers = 0).
+pub const BUILD_BATCH: &str = "build_batch";
+/// The training-step spans, in step order.
+pub const STEP_SPANS: [&str; 3] = [BATCH_WAIT, H2D_TRANSFER, FORWARD_BACKWARD_ADAM];
 
 /// Spans are recorded only while this is set, so warm-up and timed runs cost nothing.
 static RECORDING: AtomicBool = AtomicBool::new(false);

@@ -275,6 +275,14 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
     for w in &warnings {
         warn(opts.quiet, w);
     }
+    if !opts.quiet {
+        for m in &metas {
+            eprintln!(
+                "{}: {} ({} workers; {})",
+                m.name, m.device, m.workers, m.dataset
+            );
+        }
+    }
     for n in &notices {
         if !opts.quiet {
             eprintln!("note: {n}");
