@@ -62,4 +62,5 @@ fn crop_resize_and_rotate_match_pillow() {
         share >= 0.99,
         "{share} of pixels exact (worst difference {worst})"
     );
+    eprintln!("fidelity: {exact} of {total} pixels exact, worst difference {worst}");
 }
