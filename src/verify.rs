@@ -25,6 +25,17 @@ fn check(name: &str, ok: bool, detail: impl Into<String>) -> Check {
     }
 }
 
+/// The outcome of recomputing a file's figures: passes when nothing differed; names the first
+/// five differences otherwise.
+fn recomputed(name: &str, diffs: Vec<String>) -> Check {
+    let detail = if diffs.is_empty() {
+        "every number recomputed".to_string()
+    } else {
+        diffs.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+    };
+    check(name, diffs.is_empty(), detail)
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1e-9)
 }
@@ -271,15 +282,7 @@ fn compare_result(dir: &Path, a: &Analysis) -> Check {
     let fresh = serde_json::to_value(a).unwrap_or_default();
     let mut diffs = Vec::new();
     compare_json(&stored["analysis"], &fresh, "analysis", &mut diffs);
-    check(
-        name,
-        diffs.is_empty(),
-        if diffs.is_empty() {
-            "every number recomputed".to_string()
-        } else {
-            diffs.into_iter().take(5).collect::<Vec<_>>().join("; ")
-        },
-    )
+    recomputed(name, diffs)
 }
 
 fn compare_json(
@@ -372,15 +375,7 @@ fn compare_summary(dir: &Path, a: &Analysis) -> Check {
             }
         }
     }
-    check(
-        name,
-        diffs.is_empty(),
-        if diffs.is_empty() {
-            "every number recomputed".to_string()
-        } else {
-            diffs.into_iter().take(5).collect::<Vec<_>>().join("; ")
-        },
-    )
+    recomputed(name, diffs)
 }
 
 /// Split one CSV line, honouring double quotes.
