@@ -171,12 +171,17 @@ pub fn ensure_files(
             out.push(gz);
             continue;
         }
+        let all: Vec<String> = files
+            .iter()
+            .map(|f| format!("{}.gz (MD5 {})", f.name, f.md5))
+            .collect();
         let hint = format!(
             "place {name}.gz (from any FashionMNIST mirror, MD5 {md5}) or the uncompressed \
-             {name} in {dir}",
+             {name} in {dir}; this split needs {all}",
             name = spec.name,
             dir = dir.display(),
-            md5 = spec.md5
+            md5 = spec.md5,
+            all = all.join(" and ")
         );
         if !mirrors.download {
             return Err(DataError::Missing { path: gz, hint });
