@@ -13,7 +13,7 @@ use crate::analysis::median;
 use crate::config::{OptimizerSection, Settings};
 use crate::data::{self, IMAGE_PIXELS, IMAGE_SIDE};
 use crate::loader::{Loader, LoaderConfig};
-use crate::train::{InitialWeights, Trainer};
+use crate::train::{InitialWeights, Layers, Trainer};
 use crate::transforms::{Pipeline, Scratch};
 
 #[derive(Debug, Clone, Serialize)]
@@ -131,6 +131,7 @@ pub fn step(
     steps: usize,
     threads: &[usize],
     repeats: usize,
+    layers: Layers,
 ) -> anyhow::Result<Vec<Measurement>> {
     init_compute_pool(threads.iter().copied().max().unwrap_or(1));
     crate::train::keep_freed_memory();
@@ -140,10 +141,11 @@ pub fn step(
     let labels: Vec<u32> = (0..batch as u32).map(|n| n % 10).collect();
     let x = Tensor::from_vec(pixels, (batch, 1, IMAGE_SIDE, IMAGE_SIDE), &Device::Cpu)?;
     let y = Tensor::from_vec(labels, batch, &Device::Cpu)?;
-    let mut trainer = Trainer::new(
+    let mut trainer = Trainer::with_layers(
         InitialWeights::pytorch_default(42),
         &OptimizerSection::default(),
         Device::Cpu,
+        layers,
     )?;
     let mut results = Vec::new();
     for &t in threads {
@@ -163,8 +165,12 @@ pub fn step(
             }
             medians.push(median(&times));
         }
+        let which = match layers {
+            Layers::FastCpu => "loaderlab step",
+            Layers::Candle => "loaderlab step (candle layers)",
+        };
         results.push(Measurement::new(
-            format!("loaderlab step, batch {batch}, {t} thread(s)"),
+            format!("{which}, batch {batch}, {t} thread(s)"),
             "ms",
             medians,
         ));

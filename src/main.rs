@@ -109,6 +109,9 @@ enum Command {
         /// Timed steps per repetition for `bench step`.
         #[arg(long, default_value_t = 20)]
         steps: usize,
+        /// For `bench step`: time candle's own layers instead of the fast CPU path.
+        #[arg(long)]
+        candle_layers: bool,
     },
     /// Run the plan as a Slurm job array (one task per run, or per condition), each task
     /// writing to <shared>/runs/task-K; then `loaderlab merge <shared>/runs/* --out DIR`.
@@ -309,14 +312,23 @@ fn main() -> ExitCode {
             repeat,
             batch,
             steps,
-        } => bench(
-            &target,
-            repeat.max(1),
-            batch,
-            steps.max(1),
-            &overrides,
-            cli.global.quiet,
-        ),
+            candle_layers,
+        } => {
+            let layers = if candle_layers {
+                loaderlab::train::Layers::Candle
+            } else {
+                loaderlab::train::Layers::FastCpu
+            };
+            bench(
+                &target,
+                repeat.max(1),
+                batch,
+                steps.max(1),
+                layers,
+                &overrides,
+                cli.global.quiet,
+            )
+        }
         Command::Verify { dir } => {
             let checks = loaderlab::verify::verify(&dir);
             let failed = checks.iter().filter(|c| !c.ok).count();
@@ -538,6 +550,7 @@ fn bench(
     repeat: usize,
     batch: usize,
     steps: usize,
+    layers: loaderlab::train::Layers,
     overrides: &Overrides,
     quiet: bool,
 ) -> ExitCode {
@@ -552,7 +565,7 @@ fn bench(
         println!(
             "training step, SmallCNN + Adam, batch {batch}, {steps} timed steps × {repeat} repetitions ({cores} cores)"
         );
-        loaderlab::bench::step(batch, steps, &threads, repeat).map(|mut ours| {
+        loaderlab::bench::step(batch, steps, &threads, repeat, layers).map(|mut ours| {
             match loaderlab::bench::pytorch_step(batch, steps, &threads, repeat) {
                 Some(theirs) => {
                     for (o, t) in ours.clone().iter().zip(&theirs) {
