@@ -387,8 +387,10 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
             }
             rows.push(row);
             bar.inc(1);
+            // The message is formatted inside the timed window: only every tenth step, and
+            // not at all when the bar is hidden (--quiet).
             let so_far = window.elapsed().as_secs_f64();
-            if so_far > 0.0 {
+            if step % 10 == 0 && !bar.is_hidden() && so_far > 0.0 {
                 bar.set_message(format!(
                     "run {}/{total_runs} {} (round {}) {:.0} img/s",
                     planned.index + 1,
