@@ -84,7 +84,12 @@ impl Raw {
     pub fn load(dir: &Path) -> Result<Raw, AnalysisError> {
         let plan: Plan = read_json(&dir.join(PLAN_JSON))?;
         let meta: RunMeta = read_json(&dir.join(RUN_JSON))?;
-        let steps = read_csv(&dir.join(STEPS_CSV), &["condition", "fingerprint"])?;
+        let mut steps = read_csv(&dir.join(STEPS_CSV), &["condition", "fingerprint"])?;
+        if steps.column("device_ms").is_err() {
+            // Folders from before device timing: no device figures, everything else stands.
+            let nan = vec![f64::NAN; steps.height()];
+            steps.with_column(Column::new("device_ms".into(), nan))?;
+        }
         let runs = read_csv(&dir.join(RUNS_CSV), &["condition", "device"])?;
         for (df, path, needed) in [
             (&steps, STEPS_CSV, &crate::runner::records::STEP_COLUMNS[..]),
@@ -129,6 +134,9 @@ pub struct RunSummary {
     pub step_median_ms: f64,
     /// Sum of batch_wait over sum of step time.
     pub wait_share: f64,
+    /// Share of the timed window in which the device did no step work (1 − Σ device_ms /
+    /// elapsed): from CUDA events on a GPU, from the step's own timers on the CPU.
+    pub device_idle: f64,
     pub interrupted: bool,
 }
 
@@ -172,6 +180,10 @@ pub struct ConditionSummary {
     pub compute_median_ms: f64,
     pub step_median_ms: f64,
     pub wait_share: f64,
+    /// Median over runs of [`RunSummary::device_idle`].
+    pub device_idle_median: f64,
+    /// Where device busy time comes from: "CUDA events" or "host timers (CPU)".
+    pub device_clock: String,
     pub startup_ms_median: f64,
     pub speedup: Option<Speedup>,
     pub order_effect: OrderEffect,
@@ -277,7 +289,7 @@ fn bootstrap<F: Fn(&[Vec<f64>]) -> f64>(groups: &[&[f64]], seed: u64, stat: F) -
 }
 
 /// The step statistics computed per run and per condition, by column name.
-const STAT_COLUMNS: [&str; 7] = [
+const STAT_COLUMNS: [&str; 8] = [
     "batch_wait_median_ms",
     "batch_wait_p95_ms",
     "batch_wait_max_ms",
@@ -285,6 +297,7 @@ const STAT_COLUMNS: [&str; 7] = [
     "compute_median_ms",
     "step_median_ms",
     "wait_share",
+    "device_ms_sum",
 ];
 
 /// Step statistics grouped by `key` (`run`, or `condition` for pooled figures), with polars.
@@ -303,6 +316,7 @@ fn step_stats(steps: DataFrame, key: &str) -> Result<DataFrame, AnalysisError> {
             col("compute_ms").median().alias(STAT_COLUMNS[4]),
             col("step_ms").median().alias(STAT_COLUMNS[5]),
             (col("batch_wait_ms").sum() / col("step_ms").sum()).alias(STAT_COLUMNS[6]),
+            col("device_ms").sum().alias(STAT_COLUMNS[7]),
         ])
         .sort([key], Default::default())
         .collect()?)
@@ -372,6 +386,7 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
             compute_median_ms: cols["compute_median_ms"][k],
             step_median_ms: cols["step_median_ms"][k],
             wait_share: cols["wait_share"][k],
+            device_idle: crate::train::idle_fraction([cols["device_ms_sum"][k]], elapsed[i] * 1e3),
             interrupted: interrupted[i],
         });
     }
@@ -450,6 +465,8 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
             compute_median_ms: pooled_of("compute_median_ms"),
             step_median_ms: pooled_of("step_median_ms"),
             wait_share: pooled_of("wait_share"),
+            device_idle_median: median(&mine.iter().map(|r| r.device_idle).collect::<Vec<_>>()),
+            device_clock: device_clock(raw, &c.name),
             startup_ms_median: median(&mine.iter().map(|r| r.startup_ms).collect::<Vec<_>>()),
             speedup,
             order_effect: order_effect(&mine),
@@ -504,6 +521,21 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
 }
 
 /// First-position runs against later-position runs of one condition.
+/// "CUDA events" when the condition trained on a CUDA device, else the host's timers.
+fn device_clock(raw: &Raw, condition: &str) -> String {
+    let on_cuda = raw
+        .meta
+        .conditions
+        .iter()
+        .find(|c| c.name == condition)
+        .is_some_and(|c| c.device.starts_with("cuda"));
+    if on_cuda {
+        "CUDA events".into()
+    } else {
+        "host timers (CPU)".into()
+    }
+}
+
 fn order_effect(runs: &[&&RunSummary]) -> OrderEffect {
     let first: Vec<f64> = runs
         .iter()
@@ -662,9 +694,23 @@ pub fn read_trace(path: &Path) -> Result<(Vec<Span>, HashMap<u64, String>), Anal
 }
 
 fn summarise_trace(path: &Path) -> Result<(f64, Vec<SpanRow>), AnalysisError> {
-    let (spans, _names) = read_trace(path)?;
-    // The training thread is the one with batch_wait spans.
+    let (mut spans, names) = read_trace(path)?;
+    spans.retain(|s| s.1 != trace::GPU_CLOCK_ANCHOR);
+    // The training thread is the one with batch_wait spans; the GPU track is named.
     let main = spans.iter().find(|s| s.1 == trace::BATCH_WAIT).map(|s| s.0);
+    let gpu = names
+        .iter()
+        .find(|(_, n)| n.as_str() == trace::GPU_TRACK)
+        .map(|(t, _)| *t);
+    let track_of = |tid: u64| {
+        if Some(tid) == main {
+            0
+        } else if Some(tid) == gpu {
+            2
+        } else {
+            1
+        }
+    };
     let on_main: Vec<&Span> = spans.iter().filter(|s| Some(s.0) == main).collect();
     let start = on_main.iter().map(|s| s.2).fold(f64::INFINITY, f64::min);
     let end = on_main
@@ -677,9 +723,12 @@ fn summarise_trace(path: &Path) -> Result<(f64, Vec<SpanRow>), AnalysisError> {
         0.0
     };
     let mut rows = Vec::new();
-    for (track, on_track) in [("training thread", true), ("workers (summed)", false)] {
+    for (t, track) in ["training thread", "workers (summed)", trace::GPU_TRACK]
+        .into_iter()
+        .enumerate()
+    {
         let mut names: Vec<&str> = Vec::new();
-        for s in spans.iter().filter(|s| (Some(s.0) == main) == on_track) {
+        for s in spans.iter().filter(|s| track_of(s.0) == t) {
             if !names.contains(&s.1.as_str()) {
                 names.push(&s.1);
             }
@@ -687,7 +736,7 @@ fn summarise_trace(path: &Path) -> Result<(f64, Vec<SpanRow>), AnalysisError> {
         for name in names {
             let durations: Vec<f64> = spans
                 .iter()
-                .filter(|s| (Some(s.0) == main) == on_track && s.1 == name)
+                .filter(|s| track_of(s.0) == t && s.1 == name)
                 .map(|s| (s.3 - s.2) / 1e3)
                 .collect();
             let total: f64 = durations.iter().sum();
@@ -749,6 +798,7 @@ pub fn summary_frame(a: &Analysis) -> Result<DataFrame, AnalysisError> {
         Column::new("compute_median_ms".into(), get(|s| s.compute_median_ms)),
         Column::new("step_median_ms".into(), get(|s| s.step_median_ms)),
         Column::new("wait_share".into(), get(|s| s.wait_share)),
+        Column::new("device_idle".into(), get(|s| s.device_idle_median)),
         Column::new("startup_ms_median".into(), get(|s| s.startup_ms_median)),
     ])?;
     Ok(df)

@@ -23,6 +23,17 @@ pub const H2D_TRANSFER: &str = "h2d_transfer";
 pub const FORWARD_BACKWARD_ADAM: &str = "forward_backward_adam";
 /// Loader span: building one batch (on a worker's track, or inside batch_wait when workers = 0).
 pub const BUILD_BATCH: &str = "build_batch";
+/// Training-thread span around recording the CUDA anchor event: the GPU track is placed
+/// relative to its start.
+pub const GPU_CLOCK_ANCHOR: &str = "gpu_clock_anchor";
+/// The track name of the GPU spans added from CUDA events.
+pub const GPU_TRACK: &str = "GPU stream (CUDA events)";
+/// GPU span: the step's host-to-device copy as the device ran it.
+pub const GPU_H2D: &str = "gpu_h2d_copy";
+/// GPU span: the step's kernels (forward, backward, Adam) as the device ran them.
+pub const GPU_STEP: &str = "gpu_step_kernels";
+/// Thread id of the GPU track (tracing-chrome numbers host threads from 1).
+const GPU_TID: u64 = 1_000_000;
 /// The training-step spans, in step order.
 pub const STEP_SPANS: [&str; 3] = [BATCH_WAIT, H2D_TRANSFER, FORWARD_BACKWARD_ADAM];
 
@@ -145,5 +156,107 @@ impl Recording {
 impl Drop for Recording {
     fn drop(&mut self) {
         let _ = self.close();
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuTrackError {
+    #[error("cannot read trace {path}: {message}")]
+    Read { path: String, message: String },
+    #[error("trace {0} has no {GPU_CLOCK_ANCHOR} span to align the GPU track with")]
+    NoAnchor(String),
+    #[error("cannot write trace {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Add a GPU track to a finished Chrome trace: for each step, the copy and the kernels as the
+/// device ran them (`marks`, ms after the anchor event), placed at the host time of the
+/// [`GPU_CLOCK_ANCHOR`] span so GPU and CPU spans line up. The file is replaced atomically.
+pub fn add_gpu_track(path: &Path, marks: &[crate::train::StepMarks]) -> Result<(), GpuTrackError> {
+    let shown = path.display().to_string();
+    let read_err = |message: String| GpuTrackError::Read {
+        path: shown.clone(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| read_err(e.to_string()))?;
+    let mut events: Vec<serde_json::Value> =
+        serde_json::from_str(&text).map_err(|e| read_err(e.to_string()))?;
+    let anchor = events
+        .iter()
+        .find(|e| e["name"] == GPU_CLOCK_ANCHOR && e["ph"] == "B")
+        .ok_or_else(|| GpuTrackError::NoAnchor(shown.clone()))?;
+    let (origin_us, pid) = (anchor["ts"].as_f64().unwrap_or(0.0), anchor["pid"].clone());
+    events.push(serde_json::json!({
+        "ph": "M", "name": "thread_name", "pid": pid, "tid": GPU_TID,
+        "args": { "name": GPU_TRACK },
+    }));
+    let at = |ms: f64| origin_us + ms * 1e3;
+    for (step, m) in marks.iter().enumerate() {
+        for (name, start, end) in [
+            (GPU_H2D, m.copy_start_ms, m.compute_start_ms),
+            (GPU_STEP, m.compute_start_ms, m.end_ms),
+        ] {
+            events.push(serde_json::json!({
+                "ph": "B", "name": name, "cat": "gpu", "pid": pid, "tid": GPU_TID,
+                "ts": at(start), "args": { "step": step },
+            }));
+            events.push(serde_json::json!({
+                "ph": "E", "name": name, "cat": "gpu", "pid": pid, "tid": GPU_TID,
+                "ts": at(end.max(start)),
+            }));
+        }
+    }
+    let bytes = serde_json::to_vec(&events).map_err(|e| read_err(e.to_string()))?;
+    crate::runner::records::write_atomic(path, &bytes).map_err(|source| GpuTrackError::Write {
+        path: shown.clone(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::StepMarks;
+
+    #[test]
+    fn gpu_track_lines_up_with_the_anchor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        std::fs::write(
+            &path,
+            r#"[{"ph":"M","name":"thread_name","pid":1,"tid":1,"args":{"name":"main"}},
+{"ph":"B","name":"gpu_clock_anchor","pid":1,"tid":1,"ts":1500.0},
+{"ph":"E","name":"gpu_clock_anchor","pid":1,"tid":1,"ts":1510.0},
+{"ph":"B","name":"batch_wait","pid":1,"tid":1,"ts":1520.0},
+{"ph":"E","name":"batch_wait","pid":1,"tid":1,"ts":1600.0}]"#,
+        )
+        .unwrap();
+        let marks = [StepMarks {
+            copy_start_ms: 0.25,
+            compute_start_ms: 0.5,
+            end_ms: 2.0,
+        }];
+        add_gpu_track(&path, &marks).unwrap();
+        let (spans, names) = crate::analysis::read_trace(&path).unwrap();
+        assert_eq!(names[&GPU_TID], GPU_TRACK);
+        let gpu: Vec<_> = spans.iter().filter(|s| s.0 == GPU_TID).collect();
+        assert_eq!(gpu.len(), 2);
+        assert_eq!(
+            (gpu[0].1.as_str(), gpu[0].2, gpu[0].3),
+            (GPU_H2D, 1750.0, 2000.0)
+        );
+        assert_eq!(
+            (gpu[1].1.as_str(), gpu[1].2, gpu[1].3),
+            (GPU_STEP, 2000.0, 3500.0)
+        );
+
+        std::fs::write(&path, "[]").unwrap();
+        assert!(matches!(
+            add_gpu_track(&path, &marks),
+            Err(GpuTrackError::NoAnchor(_))
+        ));
     }
 }

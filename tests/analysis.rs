@@ -92,12 +92,13 @@ fn folder(dir: &Path, img_per_s: [f64; 6], steps: impl Fn(usize) -> [(f64, f64);
         ));
         for (s, (wait, compute)) in steps(r.index).iter().enumerate() {
             rows.push_str(&format!(
-                "{},{},{},{},{s},{wait},0.5,{compute},{},2.3,00000000000000{s:02},0\n",
+                "{},{},{},{},{s},{wait},0.5,{compute},{},2.3,00000000000000{s:02},0,{}\n",
                 r.index,
                 r.condition,
                 r.round,
                 r.position,
-                wait + 0.5 + compute
+                wait + 0.5 + compute,
+                0.5 + compute
             ));
         }
     }
@@ -135,6 +136,12 @@ fn known_speedup_percentiles_and_shares() {
     assert!((base.batch_wait_p95_ms - 40.0).abs() < 1e-9);
     // Waiting share: 100 ms of (100 + 4 × 0.5 + 20) ms per run.
     assert!((base.wait_share - 100.0 / 122.0).abs() < 1e-9);
+    // Device idle: 4 steps × 5.5 ms busy in a window of 1024 images / (100 img/s) = 10.24 s.
+    let run0 = a.runs.iter().find(|r| r.run == 0).unwrap();
+    assert!((run0.device_idle - (1.0 - 22.0 / 10_240.0)).abs() < 1e-9);
+    // The condition's figure is the median over its runs (90, 100, 110 img/s).
+    assert!((base.device_idle_median - (1.0 - 22.0 / 10_240.0)).abs() < 1e-9);
+    assert_eq!(base.device_clock, "host timers (CPU)");
     let s = a.conditions[1].speedup.as_ref().unwrap();
     assert_eq!(s.ratio, 4.0);
     assert!(

@@ -49,8 +49,66 @@ impl LoaderConfig {
     }
 }
 
+/// Where batch images live when not in an ordinary `Vec`: page-locked (pinned) host memory a
+/// CUDA device can copy from asynchronously. The loader knows nothing about CUDA; a `cuda`
+/// build passes an implementation to [`Loader::with_memory`].
+pub trait HostMemory: Send + Sync {
+    /// A block of `len` floats, zeroed. Called once per reusable batch buffer.
+    fn alloc(&self, len: usize) -> Result<Box<dyn HostBlock>, String>;
+}
+
+/// One block from a [`HostMemory`].
+pub trait HostBlock: Send + std::any::Any {
+    fn as_slice(&self) -> &[f32];
+    /// Waits for any device copy still reading the block before handing it out.
+    fn as_mut_slice(&mut self) -> &mut [f32];
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+#[derive(Default)]
+enum Images {
+    #[default]
+    Empty,
+    Heap(Vec<f32>),
+    Block(Box<dyn HostBlock>),
+}
+
+impl Images {
+    /// Make room for `len` floats, allocating only when the size changes.
+    fn ensure(&mut self, len: usize, memory: Option<&dyn HostMemory>) -> Result<(), String> {
+        let have = match self {
+            Images::Empty => None,
+            Images::Heap(v) => Some(v.len()),
+            Images::Block(b) => Some(b.as_slice().len()),
+        };
+        if have != Some(len) {
+            *self = match memory {
+                Some(m) => Images::Block(m.alloc(len)?),
+                None => Images::Heap(vec![0.0; len]),
+            };
+        }
+        Ok(())
+    }
+
+    fn as_slice(&self) -> &[f32] {
+        match self {
+            Images::Empty => &[],
+            Images::Heap(v) => v,
+            Images::Block(b) => b.as_slice(),
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [f32] {
+        match self {
+            Images::Empty => &mut [],
+            Images::Heap(v) => v,
+            Images::Block(b) => b.as_mut_slice(),
+        }
+    }
+}
+
 /// One batch: images as NCHW float32 (C = 1), labels, and a fingerprint of both.
-#[derive(Debug, Clone, Default)]
+#[derive(Default)]
 pub struct Batch {
     /// Global batch number, counting across epochs from 0.
     pub index: u64,
@@ -59,17 +117,38 @@ pub struct Batch {
     pub len: usize,
     /// Side of each image.
     pub side: usize,
-    images: Vec<f32>,
+    images: Images,
     labels: Vec<u32>,
     pub fingerprint: u64,
 }
 
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch")
+            .field("index", &self.index)
+            .field("epoch", &self.epoch)
+            .field("len", &self.len)
+            .field("side", &self.side)
+            .field("pinned", &matches!(self.images, Images::Block(_)))
+            .field("fingerprint", &self.fingerprint)
+            .finish()
+    }
+}
+
 impl Batch {
     pub fn images(&self) -> &[f32] {
-        &self.images[..self.len * self.side * self.side]
+        &self.images.as_slice()[..self.len * self.side * self.side]
     }
     pub fn labels(&self) -> &[u32] {
         &self.labels[..self.len]
+    }
+    /// The whole reusable image buffer (room for a full batch) when it came from a
+    /// [`HostMemory`]; `None` for ordinary memory.
+    pub fn host_block(&self) -> Option<&dyn HostBlock> {
+        match &self.images {
+            Images::Block(b) => Some(b.as_ref()),
+            _ => None,
+        }
     }
 }
 
@@ -151,6 +230,7 @@ struct Source {
     dataset: Arc<dyn Dataset>,
     pipeline: Arc<Pipeline>,
     cfg: LoaderConfig,
+    memory: Option<Arc<dyn HostMemory>>,
 }
 
 /// Per-thread state of a batch builder.
@@ -177,8 +257,14 @@ impl Builder {
         batch.epoch = epoch;
         batch.len = indices.len();
         batch.side = side;
-        batch.images.resize(source.cfg.batch_size * plane, 0.0);
+        if let Err(e) = batch
+            .images
+            .ensure(source.cfg.batch_size * plane, source.memory.as_deref())
+        {
+            panic!("cannot allocate a batch buffer: {e}");
+        }
         batch.labels.resize(source.cfg.batch_size, 0);
+        let images = batch.images.as_mut_slice();
         for (slot, &i) in indices.iter().enumerate() {
             let i = i as usize;
             source.dataset.image_into(i, &mut self.pixels);
@@ -188,7 +274,7 @@ impl Builder {
                 epoch,
                 i as u64,
                 &mut self.scratch,
-                &mut batch.images[slot * plane..(slot + 1) * plane],
+                &mut images[slot * plane..(slot + 1) * plane],
             );
         }
         let mut fp = Fingerprint::default();
@@ -342,7 +428,7 @@ fn worker_main(
     }
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         s.to_string()
     } else if let Some(s) = panic.downcast_ref::<String>() {
@@ -378,6 +464,16 @@ impl Loader {
         pipeline: Arc<Pipeline>,
         cfg: LoaderConfig,
     ) -> Result<Loader, LoaderError> {
+        Self::with_memory(dataset, pipeline, cfg, None)
+    }
+
+    /// As [`Loader::new`], with batch images in `memory` (pinned host memory on CUDA).
+    pub fn with_memory(
+        dataset: Arc<dyn Dataset>,
+        pipeline: Arc<Pipeline>,
+        cfg: LoaderConfig,
+        memory: Option<Arc<dyn HostMemory>>,
+    ) -> Result<Loader, LoaderError> {
         let started = Instant::now();
         let len = dataset.len();
         if cfg.batch_size == 0 || (cfg.drop_last && len < cfg.batch_size) || len == 0 {
@@ -390,6 +486,7 @@ impl Loader {
             dataset,
             pipeline,
             cfg,
+            memory,
         });
         let batches_per_epoch = Sampler::new(len, &source.cfg).batches_per_epoch;
         let mode = if source.cfg.workers == 0 {
@@ -504,6 +601,64 @@ mod tests {
         );
         let distinct: std::collections::HashSet<u64> = serial.iter().map(|s| s.2).collect();
         assert_eq!(distinct.len(), 20);
+    }
+
+    /// Host memory that counts its allocations, standing in for CUDA's pinned memory.
+    struct Counting(std::sync::atomic::AtomicUsize);
+    struct Block(Vec<f32>);
+    impl HostBlock for Block {
+        fn as_slice(&self) -> &[f32] {
+            &self.0
+        }
+        fn as_mut_slice(&mut self) -> &mut [f32] {
+            &mut self.0
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+    impl HostMemory for Counting {
+        fn alloc(&self, len: usize) -> Result<Box<dyn HostBlock>, String> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(Box::new(Block(vec![0.0; len])))
+        }
+    }
+
+    #[test]
+    fn host_memory_holds_the_same_batches_and_is_reused() {
+        let serial = fingerprints(loader(0, true, 100), 20);
+        for workers in [0, 2] {
+            let memory = Arc::new(Counting(Default::default()));
+            let cfg = LoaderConfig {
+                batch_size: 16,
+                workers,
+                prefetch_factor: 2,
+                shuffle: true,
+                drop_last: true,
+                persistent_workers: true,
+                seed: 9,
+            };
+            let mut l = Loader::with_memory(
+                Arc::new(Synthetic::new(100, 10, 9)),
+                Arc::new(Pipeline::new(&seed_transforms(), 9, 28)),
+                cfg,
+                Some(memory.clone() as Arc<dyn HostMemory>),
+            )
+            .unwrap();
+            for want in &serial {
+                let b = l.next_batch().unwrap();
+                assert!(b.host_block().is_some());
+                assert_eq!(
+                    (b.index, b.epoch, b.fingerprint),
+                    *want,
+                    "workers={workers}"
+                );
+            }
+            drop(l);
+            // One buffer per slot in flight (prefetch x workers, or one serial), never per batch.
+            let slots = if workers == 0 { 1 } else { 2 * workers };
+            assert_eq!(memory.0.load(std::sync::atomic::Ordering::SeqCst), slots);
+        }
     }
 
     #[test]

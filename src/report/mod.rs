@@ -183,6 +183,21 @@ pub fn verdict(a: &Analysis, on_cpu: bool) -> String {
             }
         );
     }
+    let idle: Vec<String> = a
+        .conditions
+        .iter()
+        .filter(|c| c.device_idle_median.is_finite())
+        .map(|c| format!("{} at {}", pct(c.device_idle_median), c.condition))
+        .collect();
+    if !idle.is_empty() {
+        let device = if on_cpu { "training step" } else { "GPU" };
+        let clock = a.conditions.first().map_or("", |c| c.device_clock.as_str());
+        let _ = write!(
+            out,
+            " The {device} sat idle for {} of the timed window (median over runs; busy time from {clock}).",
+            idle.join(", ")
+        );
+    }
     if on_cpu {
         out.push_str(
             " Training ran on the CPU, so \"waiting for data\" here means the training thread sat idle \
@@ -339,10 +354,13 @@ fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> Strin
     let _ = writeln!(md, "## Results\n");
     let _ = writeln!(
         md,
-        "| condition | runs | img/s (median) | img/s min–max | speed-up vs `{}` (95 % CI) | batch_wait p50 / p95 / max, ms | compute median, ms | step median, ms | waiting share | worker start-up, ms |",
+        "| condition | runs | img/s (median) | img/s min–max | speed-up vs `{}` (95 % CI) | batch_wait p50 / p95 / max, ms | compute median, ms | step median, ms | waiting share | device idle | worker start-up, ms |",
         a.baseline
     );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        md,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for c in &a.conditions {
         let speed = match &c.speedup {
             Some(s) => format!("{:.2}× ({:.2}–{:.2})", s.ratio, s.ci_low, s.ci_high),
@@ -350,7 +368,7 @@ fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> Strin
         };
         let _ = writeln!(
             md,
-            "| `{}` | {} | {} | {}–{} | {} | {} / {} / {} | {} | {} | {} | {} |",
+            "| `{}` | {} | {} | {}–{} | {} | {} / {} / {} | {} | {} | {} | {} | {} |",
             c.condition,
             c.runs,
             thousands(c.img_per_s_median),
@@ -363,6 +381,7 @@ fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> Strin
             ms(c.compute_median_ms),
             ms(c.step_median_ms),
             pct(c.wait_share),
+            pct(c.device_idle_median),
             ms(c.startup_ms_median)
         );
     }
@@ -390,13 +409,13 @@ fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> Strin
     let _ = writeln!(md, "Every timed run, round by round:\n");
     let _ = writeln!(
         md,
-        "| run | round | position | condition | img/s | batch_wait median / p95, ms | step median, ms | waiting share |"
+        "| run | round | position | condition | img/s | batch_wait median / p95, ms | step median, ms | waiting share | device idle |"
     );
-    let _ = writeln!(md, "|---:|---:|---:|---|---:|---:|---:|---:|");
+    let _ = writeln!(md, "|---:|---:|---:|---|---:|---:|---:|---:|---:|");
     for r in &a.runs {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | `{}` | {}{} | {} / {} | {} | {} |",
+            "| {} | {} | {} | `{}` | {}{} | {} / {} | {} | {} | {} |",
             r.run,
             r.round,
             r.position,
@@ -406,7 +425,8 @@ fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> Strin
             ms(r.batch_wait_median_ms),
             ms(r.batch_wait_p95_ms),
             ms(r.step_median_ms),
-            pct(r.wait_share)
+            pct(r.wait_share),
+            pct(r.device_idle)
         );
     }
     let _ = writeln!(md);

@@ -64,6 +64,8 @@ pub enum RunError {
     Train(#[from] candle_core::Error),
     #[error(transparent)]
     Trace(#[from] TraceError),
+    #[error(transparent)]
+    GpuTrack(#[from] trace::GpuTrackError),
     #[error("interrupted; the measurements so far are in {}", partial.display())]
     Interrupted { partial: PathBuf },
 }
@@ -256,7 +258,7 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
             } else if on_cpu {
                 "not applicable on the CPU".into()
             } else {
-                "requested; not implemented by this build's loader (pageable copies)".into()
+                "on: page-locked batch buffers, asynchronous copies".into()
             },
             trace: None,
             profile_startup_ms: None,
@@ -317,10 +319,12 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
             condition: planned.condition.clone(),
             source,
         };
-        let mut loader = Loader::new(
+        train::set_tf32(s.device.tf32);
+        let mut loader = Loader::with_memory(
             Arc::clone(&p.dataset),
             Arc::clone(&p.pipeline),
             LoaderConfig::from_settings(s),
+            train::pinned_memory(&p.device, s.loader.pin_memory),
         )
         .map_err(loader_err)?;
         let startup_ms = loader.startup().as_secs_f64() * 1e3;
@@ -334,7 +338,7 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
         ));
         for _ in 0..s.protocol.warmup_steps {
             let batch = loader.next_batch().map_err(loader_err)?;
-            let (x, y) = to_device(batch, &p.device)?;
+            let (x, y) = train::to_device(batch, &p.device)?;
             trainer.step(&x, &y)?;
             bar.inc(1);
             if INTERRUPTED.load(Ordering::SeqCst) {
@@ -347,8 +351,10 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
         let mut rows: Vec<StepRecord> = Vec::with_capacity(s.protocol.timed_steps as usize);
         let mut losses: Vec<Tensor> = Vec::new();
         let mut images: u64 = 0;
+        let mut clock = train::DeviceClock::for_device(&p.device);
+        clock.anchor()?;
         let window = Instant::now();
-        let stream_now = p.device.is_cpu();
+        let stream_now = !clock.on_device();
         for step in 0..s.protocol.timed_steps as usize {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 interrupted = true;
@@ -358,9 +364,12 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
             let batch = loader.next_batch().map_err(loader_err)?;
             let t1 = Instant::now();
             let (fingerprint, epoch, n) = (batch.fingerprint, batch.epoch, batch.len);
-            let (x, y) = to_device(batch, &p.device)?;
+            clock.mark()?;
+            let (x, y) = train::to_device(batch, &p.device)?;
             let t2 = Instant::now();
+            clock.mark()?;
             let loss = trainer.step(&x, &y)?;
+            clock.mark()?;
             let t3 = Instant::now();
             images += n as u64;
             let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
@@ -377,6 +386,8 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
                 loss: f64::NAN,
                 fingerprint,
                 epoch,
+                // Replaced by the device's own figure below where it has a clock.
+                device_ms: ms(t1, t3),
             };
             if stream_now {
                 // On the CPU the loss is already computed: reading it costs nothing.
@@ -404,8 +415,10 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
         let elapsed_s = window.elapsed().as_secs_f64();
         bar.finish_and_clear();
         if !stream_now {
-            for (row, loss) in rows.iter_mut().zip(&losses) {
+            let marks = clock.read()?;
+            for (k, (row, loss)) in rows.iter_mut().zip(&losses).enumerate() {
                 row.loss = loss.to_scalar::<f32>()? as f64;
+                row.device_ms = marks.get(k).map_or(f64::NAN, |m| m.busy_ms());
                 steps_csv.append(&row.to_csv()).map_err(out_err(&partial))?;
             }
         }
@@ -469,10 +482,12 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
                 condition: c.name.clone(),
                 source,
             };
-            let mut loader = Loader::new(
+            train::set_tf32(p.settings.device.tf32);
+            let mut loader = Loader::with_memory(
                 Arc::clone(&p.dataset),
                 Arc::clone(&p.pipeline),
                 LoaderConfig::from_settings(&p.settings),
+                train::pinned_memory(&p.device, p.settings.loader.pin_memory),
             )
             .map_err(loader_err)?;
             metas[i].profile_startup_ms = Some(loader.startup().as_secs_f64() * 1e3);
@@ -480,11 +495,18 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
             let s = &p.settings;
             for _ in 0..s.protocol.warmup_steps {
                 let batch = loader.next_batch().map_err(loader_err)?;
-                let (x, y) = to_device(batch, &p.device)?;
+                let (x, y) = train::to_device(batch, &p.device)?;
                 trainer.step(&x, &y)?;
             }
             train::synchronize(&p.device)?;
+            let mut clock = train::DeviceClock::for_device(&p.device);
             recording.start();
+            {
+                // The anchor event's device time is this span's host time: the GPU track is
+                // placed relative to it.
+                let _span = tracing::info_span!(trace::GPU_CLOCK_ANCHOR).entered();
+                clock.anchor()?;
+            }
             for _ in 0..s.protocol.profile_steps {
                 let batch = {
                     let _span = tracing::info_span!(trace::BATCH_WAIT).entered();
@@ -492,15 +514,21 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
                 };
                 let (x, y) = {
                     let _span = tracing::info_span!(trace::H2D_TRANSFER).entered();
-                    to_device(batch, &p.device)?
+                    clock.mark()?;
+                    train::to_device(batch, &p.device)?
                 };
                 let _span = tracing::info_span!(trace::FORWARD_BACKWARD_ADAM).entered();
+                clock.mark()?;
                 trainer.step(&x, &y)?;
+                clock.mark()?;
             }
             train::synchronize(&p.device)?;
             recording.stop();
             drop(loader);
             recording.finish()?;
+            if clock.on_device() {
+                trace::add_gpu_track(&path, &clock.read()?)?;
+            }
             metas[i].trace = Some(format!("{TRACES_DIR}/{file}"));
             if !opts.quiet {
                 eprintln!("profiled {}: {TRACES_DIR}/{file}", c.name);
@@ -541,7 +569,10 @@ pub const TIMING_NOTE: &str = "Each timed run starts its loader (worker start-up
 separately as startup_ms), resets the model and optimizer, runs the warm-up steps untimed, then \
 times every step on a monotonic clock: batch_wait = inside the loader's next, h2d = copy to the \
 device (submission on CUDA), compute = forward, loss, backward and Adam step (enqueue time on \
-CUDA), step = their sum. Throughput = images / elapsed, where elapsed runs from the first timed \
+CUDA), step = their sum. device = time the device was busy with the step: on CUDA from events \
+on the device's stream (the device reaching the step's copy to it finishing the step's last \
+kernel; launch gaps inside a step count as busy), on the CPU h2d + compute. Device idle = 1 - \
+sum(device) / elapsed. Throughput = images / elapsed, where elapsed runs from the first timed \
 batch request to the device having finished all work. Writing each step's row (a few \
 microseconds) happens inside elapsed. Profiled runs are separate and never enter these figures.";
 
@@ -566,16 +597,6 @@ fn set_cpu_threads(threads: usize) {
     // SAFETY: no loader threads exist between runs, and candle reads the variable through
     // std::env (which locks), so nothing reads the environment concurrently from C.
     unsafe { std::env::set_var("RAYON_NUM_THREADS", threads.to_string()) };
-}
-
-fn to_device(
-    batch: &crate::loader::Batch,
-    device: &Device,
-) -> candle_core::Result<(Tensor, Tensor)> {
-    let side = batch.side;
-    let x = Tensor::from_slice(batch.images(), (batch.len, 1, side, side), device)?;
-    let y = Tensor::from_slice(batch.labels(), batch.len, device)?;
-    Ok((x, y))
 }
 
 fn progress(quiet: bool, len: u64) -> indicatif::ProgressBar {

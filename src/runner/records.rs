@@ -12,7 +12,7 @@ pub const PLAN_JSON: &str = "plan.json";
 pub const CONFIG_TOML: &str = "config.resolved.toml";
 pub const TRACES_DIR: &str = "traces";
 
-pub const STEP_COLUMNS: [&str; 12] = [
+pub const STEP_COLUMNS: [&str; 13] = [
     "run",
     "condition",
     "round",
@@ -25,6 +25,7 @@ pub const STEP_COLUMNS: [&str; 12] = [
     "loss",
     "fingerprint",
     "epoch",
+    "device_ms",
 ];
 
 pub const RUN_COLUMNS: [&str; 11] = [
@@ -56,6 +57,9 @@ pub struct StepRecord {
     pub loss: f64,
     pub fingerprint: u64,
     pub epoch: u64,
+    /// Device busy with this step: CUDA events on a GPU (copy start to last kernel's end),
+    /// h2d + compute on the CPU.
+    pub device_ms: f64,
 }
 
 /// One timed run's totals.
@@ -86,7 +90,7 @@ pub fn csv_field(s: &str) -> String {
 impl StepRecord {
     pub fn to_csv(&self) -> String {
         format!(
-            "{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:016x},{}\n",
+            "{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:016x},{},{:.6}\n",
             self.run,
             csv_field(&self.condition),
             self.round,
@@ -98,7 +102,8 @@ impl StepRecord {
             self.step_ms,
             self.loss,
             self.fingerprint,
-            self.epoch
+            self.epoch,
+            self.device_ms
         )
     }
 }

@@ -54,29 +54,53 @@ fn cuda(_ordinal: usize) -> Result<Chosen, DeviceError> {
 
 #[cfg(feature = "cuda")]
 fn cuda(ordinal: usize) -> Result<Chosen, DeviceError> {
-    // With cudarc's dynamic loading a missing driver library panics instead of erring, and
+    use candle_core::cuda::cudarc;
+    let unavailable = |reason: String| DeviceError::Unavailable { ordinal, reason };
+    // With cudarc's dynamic loading a missing library panics instead of erring, and
     // `cuda_if_available` errs instead of falling back: check first, then catch.
-    let present = unsafe { candle_core::cuda::cudarc::driver::sys::is_culib_present() };
-    if !present {
-        return Err(DeviceError::Unavailable {
-            ordinal,
-            reason: "no CUDA driver library (libcuda.so) found".into(),
-        });
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(unavailable(
+            "no CUDA driver library (libcuda.so.1) found; is an NVIDIA driver installed?".into(),
+        ));
     }
-    match std::panic::catch_unwind(|| Device::new_cuda(ordinal)) {
-        Ok(Ok(device)) => Ok(Chosen {
-            device,
-            name: format!("cuda:{ordinal}"),
-            notice: None,
-        }),
-        Ok(Err(e)) => Err(DeviceError::Unavailable {
-            ordinal,
-            reason: e.to_string(),
-        }),
-        Err(_) => Err(DeviceError::Unavailable {
-            ordinal,
-            reason: "the CUDA libraries could not be loaded".into(),
-        }),
+    // Silence the default hook while a panic from a missing library is caught here.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    // The error is formatted inside too: formatting asks the driver library for its text.
+    let created = std::panic::catch_unwind(|| {
+        // One line: candle appends a backtrace when RUST_BACKTRACE is set.
+        super::cuda::new_device(ordinal)
+            .map_err(|e| e.to_string().lines().next().unwrap_or_default().to_string())
+    });
+    std::panic::set_hook(hook);
+    match created {
+        Ok(Ok(device)) => {
+            let name = super::cuda::describe(&device).unwrap_or_default();
+            Ok(Chosen {
+                device,
+                name: format!("cuda:{ordinal} {name}").trim_end().to_string(),
+                notice: None,
+            })
+        }
+        Ok(Err(e)) => Err(unavailable(e)),
+        Err(panic) => {
+            let mut missing = Vec::new();
+            if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+                missing.push("libcublas.so.13 (+ libcublasLt.so.13)");
+            }
+            if !unsafe { cudarc::curand::sys::is_culib_present() } {
+                missing.push("libcurand.so.10");
+            }
+            Err(unavailable(if missing.is_empty() {
+                crate::loader::panic_message(&panic)
+            } else {
+                format!(
+                    "{} not found; put the folder that holds the CUDA 13 libraries on \
+                     LD_LIBRARY_PATH (e.g. Python's site-packages/nvidia/cu13/lib)",
+                    missing.join(" and ")
+                )
+            }))
+        }
     }
 }
 

@@ -3,14 +3,22 @@
 //! The runner only sees [`Trainer`]: `reset` to the common initial state, `step` on a batch
 //! already on the device. A faster CPU implementation of the layers slots in behind it.
 
+mod clock;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod device;
 mod fast_cpu;
 mod model;
 
+pub use clock::{DeviceClock, StepMarks, idle_fraction};
 pub use device::{Chosen, DeviceError, cores, select, synchronize};
 pub use model::{InitialWeights, Layers, PARAMS, SmallCnn};
 
+use std::sync::Arc;
+
 use candle_core::{Device, Result, Tensor};
+
+use crate::loader::{Batch, HostMemory};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 
 use crate::config::OptimizerSection;
@@ -85,6 +93,43 @@ impl Trainer {
         self.optimizer.backward_step(&loss)?;
         Ok(loss)
     }
+}
+
+/// Page-locked host memory for the loader's batch buffers: on a CUDA device when
+/// `loader.pin_memory` is on, else `None` (ordinary memory; pinning means nothing on the CPU).
+pub fn pinned_memory(device: &Device, pin_memory: bool) -> Option<Arc<dyn HostMemory>> {
+    if !pin_memory {
+        return None;
+    }
+    #[cfg(feature = "cuda")]
+    if let Some(p) = cuda::Pinned::for_device(device) {
+        return Some(Arc::new(p));
+    }
+    let _ = device;
+    None
+}
+
+/// TF32 for f32 matrix products on CUDA (`device.tf32`); nothing to do on the CPU.
+pub fn set_tf32(on: bool) {
+    #[cfg(feature = "cuda")]
+    cuda::set_tf32(on);
+    let _ = on;
+}
+
+/// A batch as (images N×1×H×W, labels) on `device`. From a pinned buffer on CUDA this only
+/// queues an asynchronous copy; otherwise candle copies (synchronously on the CPU).
+pub fn to_device(batch: &Batch, device: &Device) -> Result<(Tensor, Tensor)> {
+    let side = batch.side;
+    #[cfg(feature = "cuda")]
+    let pinned = cuda::images_to_device(batch, device)?;
+    #[cfg(not(feature = "cuda"))]
+    let pinned: Option<Tensor> = None;
+    let x = match pinned {
+        Some(x) => x,
+        None => Tensor::from_slice(batch.images(), (batch.len, 1, side, side), device)?,
+    };
+    let y = Tensor::from_slice(batch.labels(), batch.len, device)?;
+    Ok((x, y))
 }
 
 /// Keep freed training buffers in the process instead of returning them to the OS.

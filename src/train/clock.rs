@@ -1,0 +1,113 @@
+//! Device time per step: how long the device was busy with each step's work.
+//!
+//! On CUDA the host only queues work, so host timings say when work was *submitted*; CUDA
+//! events on the device's stream say when the device *ran* it. On the CPU the step is
+//! synchronous and the host timings are the device's own (`device_ms = h2d_ms + compute_ms`).
+//! Either way the run's device idle fraction is `1 − Σ device_ms / window` — the direct answer
+//! to "is the device waiting for data?".
+
+use candle_core::{Device, Result};
+
+/// One step on the device clock, in ms after the window's anchor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepMarks {
+    pub copy_start_ms: f64,
+    pub compute_start_ms: f64,
+    pub end_ms: f64,
+}
+
+impl StepMarks {
+    /// From the device reaching the step's copy to it finishing the step's last kernel.
+    /// Gaps inside a step (kernel launch latency) count as busy, so this is an upper bound of
+    /// busy time and the idle fraction derived from it a lower bound.
+    pub fn busy_ms(&self) -> f64 {
+        (self.end_ms - self.copy_start_ms).max(0.0)
+    }
+}
+
+/// Records per-step device marks where the device has its own clock (CUDA), nothing on the CPU.
+pub enum DeviceClock {
+    Host,
+    #[cfg(feature = "cuda")]
+    Cuda(super::cuda::EventClock),
+}
+
+impl DeviceClock {
+    pub fn for_device(device: &Device) -> DeviceClock {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = super::cuda::EventClock::for_device(device) {
+            return DeviceClock::Cuda(c);
+        }
+        let _ = device;
+        DeviceClock::Host
+    }
+
+    /// Whether [`DeviceClock::read`] returns device marks.
+    pub fn on_device(&self) -> bool {
+        !matches!(self, DeviceClock::Host)
+    }
+
+    /// The window starts; the device must be idle (synchronised).
+    pub fn anchor(&mut self) -> Result<()> {
+        match self {
+            DeviceClock::Host => Ok(()),
+            #[cfg(feature = "cuda")]
+            DeviceClock::Cuda(c) => c.anchor(),
+        }
+    }
+
+    /// Call before the copy, before the step's compute, and after it: three marks per step.
+    pub fn mark(&mut self) -> Result<()> {
+        match self {
+            DeviceClock::Host => Ok(()),
+            #[cfg(feature = "cuda")]
+            DeviceClock::Cuda(c) => c.mark(),
+        }
+    }
+
+    /// The marks of every step since the anchor (empty on the host); call after synchronising.
+    pub fn read(&mut self) -> Result<Vec<StepMarks>> {
+        match self {
+            DeviceClock::Host => Ok(Vec::new()),
+            #[cfg(feature = "cuda")]
+            DeviceClock::Cuda(c) => c.read(),
+        }
+    }
+}
+
+/// Share of a window (ms) in which the device did no step work; `busy` are per-step device
+/// times. NaN for an empty window.
+pub fn idle_fraction(busy_ms: impl IntoIterator<Item = f64>, window_ms: f64) -> f64 {
+    if window_ms <= 0.0 || window_ms.is_nan() {
+        return f64::NAN;
+    }
+    let busy: f64 = busy_ms.into_iter().filter(|b| b.is_finite()).sum();
+    (1.0 - busy / window_ms).clamp(0.0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_is_the_unbusy_share_of_the_window() {
+        assert_eq!(idle_fraction([10.0, 20.0, 10.0], 100.0), 0.6);
+        assert_eq!(idle_fraction([60.0, 60.0], 100.0), 0.0);
+        assert!(idle_fraction([1.0], 0.0).is_nan());
+        let m = StepMarks {
+            copy_start_ms: 5.0,
+            compute_start_ms: 5.5,
+            end_ms: 12.0,
+        };
+        assert_eq!(m.busy_ms(), 7.0);
+    }
+
+    #[test]
+    fn the_cpu_has_no_device_clock() {
+        let mut c = DeviceClock::for_device(&Device::Cpu);
+        assert!(!c.on_device());
+        c.anchor().unwrap();
+        c.mark().unwrap();
+        assert!(c.read().unwrap().is_empty());
+    }
+}

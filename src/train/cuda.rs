@@ -1,0 +1,179 @@
+//! The CUDA side of a step (only in a `cuda` build): page-locked batch buffers the loader fills,
+//! asynchronous host-to-device copies from them, and CUDA events that time each step's device
+//! work on the device's own clock.
+//!
+//! Streams: the device is created with its own stream (`CudaDevice::new_with_stream`), not
+//! CUDA's per-thread default stream, and every copy, kernel and event of a run goes to that one
+//! stream from the training thread. Loader workers never touch the stream; they only write into
+//! pinned blocks, and a block's own event (recorded by cudarc after each copy from it) makes a
+//! worker wait until the copy that last read the block has finished.
+
+use std::sync::Arc;
+
+use candle_core::cuda::cudarc::driver::sys::CUevent_flags;
+use candle_core::cuda::cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
+use candle_core::op::BackpropOp;
+use candle_core::{CudaDevice, CudaStorage, Device, Result, Storage, Tensor};
+
+use super::clock::StepMarks;
+use crate::loader::{Batch, HostBlock, HostMemory};
+
+fn cuda_err(e: impl std::fmt::Debug) -> candle_core::Error {
+    candle_core::Error::Msg(format!("CUDA: {e:?}"))
+}
+
+/// A CUDA device on a stream of its own.
+pub fn new_device(ordinal: usize) -> Result<Device> {
+    Ok(Device::Cuda(CudaDevice::new_with_stream(ordinal)?))
+}
+
+/// "(NVIDIA H200, compute 9.0, 141 GiB)" for the results.
+pub fn describe(device: &Device) -> Option<String> {
+    let ctx = Arc::clone(cuda_device(device)?.cuda_stream().context());
+    let name = ctx.name().ok()?;
+    let (major, minor) = ctx.compute_capability().ok()?;
+    let gib = ctx.total_mem().ok()? as f64 / (1u64 << 30) as f64;
+    Some(format!("({name}, compute {major}.{minor}, {gib:.0} GiB)"))
+}
+
+/// TF32 for f32 matrix products: off unless `device.tf32 = true`.
+pub fn set_tf32(on: bool) {
+    candle_core::cuda::set_gemm_reduced_precision_f32(on);
+}
+
+fn cuda_device(device: &Device) -> Option<&CudaDevice> {
+    match device {
+        Device::Cuda(d) => Some(d),
+        _ => None,
+    }
+}
+
+/// Page-locked host memory from the device's context (cacheable, not write-combined: workers
+/// also read it back for the batch fingerprint).
+pub struct Pinned {
+    context: Arc<CudaContext>,
+}
+
+impl Pinned {
+    pub fn for_device(device: &Device) -> Option<Pinned> {
+        cuda_device(device).map(|d| Pinned {
+            context: Arc::clone(d.cuda_stream().context()),
+        })
+    }
+}
+
+struct PinnedBlock(PinnedHostSlice<f32>);
+
+impl HostBlock for PinnedBlock {
+    fn as_slice(&self) -> &[f32] {
+        self.0
+            .as_slice()
+            .expect("CUDA: waiting for a pinned batch buffer failed")
+    }
+    fn as_mut_slice(&mut self) -> &mut [f32] {
+        self.0
+            .as_mut_slice()
+            .expect("CUDA: waiting for a pinned batch buffer failed")
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl HostMemory for Pinned {
+    fn alloc(&self, len: usize) -> std::result::Result<Box<dyn HostBlock>, String> {
+        // SAFETY: the memory is zeroed below before anyone reads it.
+        let mut slice = unsafe { self.context.alloc_pinned_with_flags::<f32>(len, 0) }
+            .map_err(|e| format!("cudaHostAlloc of {len} floats failed: {e:?}"))?;
+        slice
+            .as_mut_slice()
+            .map_err(|e| format!("{e:?}"))?
+            .fill(0.0);
+        Ok(Box::new(PinnedBlock(slice)))
+    }
+}
+
+/// Images to the device: an asynchronous copy from a full pinned batch buffer (the call returns
+/// once the copy is queued), else candle's ordinary copy. Labels (1 KiB) use the ordinary copy.
+pub fn images_to_device(batch: &Batch, device: &Device) -> Result<Option<Tensor>> {
+    let (Some(dev), Some(block)) = (cuda_device(device), batch.host_block()) else {
+        return Ok(None);
+    };
+    let Some(pinned) = block.as_any().downcast_ref::<PinnedBlock>() else {
+        return Ok(None);
+    };
+    let plane = batch.side * batch.side;
+    if pinned.0.len() != batch.len * plane {
+        // A last partial batch: the copy must cover the whole block, so take the plain path.
+        return Ok(None);
+    }
+    let stream = dev.cuda_stream();
+    // SAFETY: every element is written by the copy queued next on the same stream.
+    let mut dst = unsafe { stream.alloc::<f32>(pinned.0.len()) }.map_err(cuda_err)?;
+    stream.memcpy_htod(&pinned.0, &mut dst).map_err(cuda_err)?;
+    let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(dst, dev.clone()));
+    Ok(Some(Tensor::from_storage(
+        storage,
+        (batch.len, 1, batch.side, batch.side),
+        BackpropOp::none(),
+        false,
+    )))
+}
+
+/// CUDA events on the device's stream: an anchor, then three per step (before the copy, before
+/// the step's kernels, after them). Read after the device is synchronised.
+pub struct EventClock {
+    stream: Arc<CudaStream>,
+    anchor: Option<CudaEvent>,
+    marks: Vec<CudaEvent>,
+}
+
+impl EventClock {
+    pub fn for_device(device: &Device) -> Option<EventClock> {
+        cuda_device(device).map(|d| EventClock {
+            stream: d.cuda_stream(),
+            anchor: None,
+            marks: Vec::with_capacity(3 * 128),
+        })
+    }
+
+    fn record(&self) -> Result<CudaEvent> {
+        self.stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(cuda_err)
+    }
+
+    /// Start of a window; call with the stream idle (after a synchronise), so the anchor's
+    /// device time is the host time of this call.
+    pub fn anchor(&mut self) -> Result<()> {
+        self.marks.clear();
+        let anchor = self.record()?;
+        anchor.synchronize().map_err(cuda_err)?;
+        self.anchor = Some(anchor);
+        Ok(())
+    }
+
+    pub fn mark(&mut self) -> Result<()> {
+        let e = self.record()?;
+        self.marks.push(e);
+        Ok(())
+    }
+
+    /// Each step's (copy start, compute start, end), ms after the anchor on the device clock.
+    pub fn read(&mut self) -> Result<Vec<StepMarks>> {
+        let Some(anchor) = &self.anchor else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::with_capacity(self.marks.len() / 3);
+        for m in self.marks.chunks_exact(3) {
+            let at = |e: &CudaEvent| anchor.elapsed_ms(e).map(f64::from).map_err(cuda_err);
+            out.push(StepMarks {
+                copy_start_ms: at(&m[0])?,
+                compute_start_ms: at(&m[1])?,
+                end_ms: at(&m[2])?,
+            });
+        }
+        self.marks.clear();
+        Ok(out)
+    }
+}
