@@ -1,9 +1,15 @@
 //! A learnable, class-structured synthetic dataset: each class is a fixed arrangement of bright
 //! strokes; each sample shifts it by a few pixels, scales its brightness and adds texture, all
-//! drawn from (seed, index), so any size costs no memory and no download.
+//! drawn from (seed, index), so it needs no download. Up to [`PRERENDER_MAX`] images are
+//! rendered once at construction and then copied out, like a real dataset held in memory
+//! (FashionMNIST's `image_into` is a copy); a loader benchmark on synthetic data then measures
+//! the loader and the transforms, not the generator. Larger datasets render on every read.
 
 use super::{Dataset, IMAGE_PIXELS, IMAGE_SIDE};
 use crate::hash::splitmix;
+
+/// Datasets up to this many images (≈ 196 MB) are rendered once, at construction.
+pub const PRERENDER_MAX: usize = 250_000;
 
 pub struct Synthetic {
     len: usize,
@@ -13,6 +19,8 @@ pub struct Synthetic {
     templates: Vec<[u8; IMAGE_PIXELS]>,
     /// Noise in 0–31 that samples take their texture from.
     texture: Vec<u8>,
+    /// Every image, rendered, when the dataset is small enough.
+    rendered: Option<Vec<u8>>,
 }
 
 impl Synthetic {
@@ -21,13 +29,22 @@ impl Synthetic {
         let texture = (0..1u64 << 16)
             .map(|i| (splitmix(seed ^ 0x7465_7874 ^ i) & 31) as u8)
             .collect();
-        Synthetic {
+        let mut s = Synthetic {
             len,
             classes,
             seed,
             templates,
             texture,
+            rendered: None,
+        };
+        if len <= PRERENDER_MAX {
+            let mut all = vec![0u8; len * IMAGE_PIXELS];
+            for (i, img) in all.chunks_exact_mut(IMAGE_PIXELS).enumerate() {
+                s.render(i, img);
+            }
+            s.rendered = Some(all);
         }
+        s
     }
 }
 
@@ -70,6 +87,25 @@ impl Dataset for Synthetic {
     }
 
     fn image_into(&self, index: usize, buf: &mut [u8]) {
+        match &self.rendered {
+            Some(all) => buf[..IMAGE_PIXELS]
+                .copy_from_slice(&all[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]),
+            None => self.render(index, buf),
+        }
+    }
+
+    fn classes(&self) -> usize {
+        self.classes
+    }
+
+    fn describe(&self) -> String {
+        format!("synthetic, {} classes ({} images)", self.classes, self.len)
+    }
+}
+
+impl Synthetic {
+    /// Image `index`, drawn from (seed, index) alone.
+    fn render(&self, index: usize, buf: &mut [u8]) {
         let class = self.label(index) as usize;
         let t = &self.templates[class];
         let h = splitmix(self.seed.rotate_left(17) ^ index as u64);
@@ -99,14 +135,6 @@ impl Dataset for Synthetic {
             }
         }
     }
-
-    fn classes(&self) -> usize {
-        self.classes
-    }
-
-    fn describe(&self) -> String {
-        format!("synthetic, {} classes ({} images)", self.classes, self.len)
-    }
 }
 
 #[cfg(test)]
@@ -124,6 +152,9 @@ mod tests {
             b.image_into(i, &mut y);
             assert_eq!(x, y);
             assert_eq!(a.label(i), b.label(i));
+            // The pre-rendered copy is the rendering.
+            b.render(i, &mut y);
+            assert_eq!(x, y);
         }
         let mut counts = [0usize; 10];
         for i in 0..1000 {

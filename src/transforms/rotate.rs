@@ -74,8 +74,14 @@ pub fn rotate_nearest(src: &[u8], w: usize, h: usize, angle: f64, fill: u8, dst:
                 row[..lo].fill(fill);
                 row[hi..].fill(fill);
                 let (mut xx, mut yy) = at(lo);
+                let src = &src[..w * h];
                 for out in &mut row[lo..hi] {
-                    *out = src[(yy >> 16) as usize * w + (xx >> 16) as usize];
+                    let i = (yy >> 16) as usize * w + (xx >> 16) as usize;
+                    // SAFETY: pixels lo..hi all map inside the source. Each source coordinate
+                    // is affine (exact integer arithmetic) in x, so `inside` holds on one
+                    // interval of x, whose ends `lo` and `hi - 1` were both checked above.
+                    debug_assert!(i < src.len());
+                    *out = unsafe { *src.get_unchecked(i) };
                     xx = xx.wrapping_add(a0);
                     yy = yy.wrapping_add(a3);
                 }
