@@ -44,41 +44,53 @@ impl rand::RngCore for SplitMix64 {
 
 /// An order-sensitive hash of a batch: its images' exact f32 bits and its labels. Two batches
 /// with the same fingerprint are, for all practical purposes, bit-identical.
+///
+/// Four independent lanes take consecutive 64-bit words in turn, so the multiplies of one word
+/// do not wait for the previous word's (a single chain cost ≈ 0.5 µs per 28×28 image, a third
+/// of the whole transform chain); `finish` mixes the lanes in a fixed order.
 #[derive(Debug, Clone, Copy)]
-pub struct Fingerprint(u64);
+pub struct Fingerprint([u64; 4]);
 
 impl Default for Fingerprint {
     fn default() -> Self {
-        Fingerprint(0x6c6f_6164_6572_6c61)
+        Fingerprint([
+            0x6c6f_6164_6572_6c61,
+            0x6261_7463_6866_7072,
+            0x696e_7473_6c61_6e65,
+            0x7365_6564_3432_3432,
+        ])
     }
 }
 
-impl Fingerprint {
-    #[inline]
-    fn word(&mut self, w: u64) {
-        self.0 = (self.0 ^ w)
-            .wrapping_mul(0x0000_0100_0000_01b3)
-            .rotate_left(29);
-    }
+#[inline]
+fn mix(h: u64, w: u64) -> u64 {
+    (h ^ w).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29)
+}
 
+impl Fingerprint {
     pub fn floats(&mut self, values: &[f32]) {
-        let mut chunks = values.chunks_exact(2);
+        let word = |c: &[f32]| c[0].to_bits() as u64 | ((c[1].to_bits() as u64) << 32);
+        let mut chunks = values.chunks_exact(8);
         for c in &mut chunks {
-            self.word(c[0].to_bits() as u64 | ((c[1].to_bits() as u64) << 32));
+            self.0[0] = mix(self.0[0], word(&c[0..2]));
+            self.0[1] = mix(self.0[1], word(&c[2..4]));
+            self.0[2] = mix(self.0[2], word(&c[4..6]));
+            self.0[3] = mix(self.0[3], word(&c[6..8]));
         }
         for v in chunks.remainder() {
-            self.word(v.to_bits() as u64);
+            self.0[0] = mix(self.0[0], v.to_bits() as u64);
         }
     }
 
     pub fn labels(&mut self, labels: &[u32]) {
         for &l in labels {
-            self.word(l as u64 ^ 0xa5a5_0000_0000);
+            self.0[0] = mix(self.0[0], l as u64 ^ 0xa5a5_0000_0000);
         }
     }
 
     pub fn finish(self) -> u64 {
-        splitmix(self.0)
+        let [a, b, c, d] = self.0;
+        splitmix(splitmix(splitmix(splitmix(a) ^ b) ^ c) ^ d)
     }
 }
 
@@ -100,5 +112,13 @@ mod tests {
         assert_ne!(base, fp(&[0.5, 0.25, 1.0000001], &[1, 2]));
         assert_ne!(base, fp(&a, &[2, 1]));
         assert_ne!(base, fp(&[0.25, 0.5, 1.0], &[1, 2]));
+        // Across the four lanes: swapping two words, or two lanes' contents, is seen.
+        let long: Vec<f32> = (0..40).map(|i| i as f32).collect();
+        let base = fp(&long, &[0]);
+        for (i, j) in [(0, 2), (0, 8), (1, 3), (2, 10), (30, 39)] {
+            let mut swapped = long.clone();
+            swapped.swap(i, j);
+            assert_ne!(base, fp(&swapped, &[0]), "swap {i} {j}");
+        }
     }
 }

@@ -142,6 +142,8 @@ impl Pipeline {
                 PixelOp::Rotate { degrees, fill } => {
                     let angle = uniform(&mut rng, -degrees, *degrees);
                     b.resize(side * side, 0);
+                    // Slack after the image lets the rotation gather 4 bytes at a time.
+                    a.resize(side * side + 3, 0);
                     rotate_nearest(a, side, side, angle, *fill, b);
                     params.angle = Some(angle);
                 }

@@ -74,6 +74,15 @@ pub fn rotate_nearest(src: &[u8], w: usize, h: usize, angle: f64, fill: u8, dst:
                 row[..lo].fill(fill);
                 row[hi..].fill(fill);
                 let (mut xx, mut yy) = at(lo);
+                #[cfg(target_arch = "x86_64")]
+                if src.len() >= w * h + 3 && std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: AVX2 is present; pixels lo..hi map inside the source (below) and
+                    // the source has the 3 bytes of slack the 4-byte gathers need.
+                    unsafe { run_avx2(src, w, xx, yy, a0, a3, &mut row[lo..hi]) };
+                    a2 = a2.wrapping_add(a1);
+                    a5 = a5.wrapping_add(a4);
+                    continue;
+                }
                 let src = &src[..w * h];
                 for out in &mut row[lo..hi] {
                     let i = (yy >> 16) as usize * w + (xx >> 16) as usize;
@@ -89,6 +98,56 @@ pub fn rotate_nearest(src: &[u8], w: usize, h: usize, angle: f64, fill: u8, dst:
         }
         a2 = a2.wrapping_add(a1);
         a5 = a5.wrapping_add(a4);
+    }
+}
+
+/// One run of inside pixels, eight at a time: `out[i] = src[(yy_i >> 16) * w + (xx_i >> 16)]`
+/// with `xx_i = xx + i·a0`, `yy_i = yy + i·a3` (wrapping, as the scalar loop), the eight
+/// source bytes fetched with one AVX2 gather of 32-bit words.
+///
+/// # Safety
+/// AVX2 must be available; every pixel of `out` must map inside the `w`-wide source, and `src`
+/// must extend at least 3 bytes past the source image (each gather reads 4 bytes).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn run_avx2(src: &[u8], w: usize, xx: i32, yy: i32, a0: i32, a3: i32, out: &mut [u8]) {
+    use std::arch::x86_64::*;
+    let n = out.len();
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let (dx, dy) = (
+        _mm256_mullo_epi32(lanes, _mm256_set1_epi32(a0)),
+        _mm256_mullo_epi32(lanes, _mm256_set1_epi32(a3)),
+    );
+    let width = _mm256_set1_epi32(w as i32);
+    // The low byte of each 32-bit lane to the first four bytes of each 128-bit half.
+    let low_bytes = _mm256_setr_epi8(
+        0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, //
+        0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    );
+    let (mut x0, mut y0) = (xx, yy);
+    let mut i = 0;
+    while i + 8 <= n {
+        let xv = _mm256_add_epi32(_mm256_set1_epi32(x0), dx);
+        let yv = _mm256_add_epi32(_mm256_set1_epi32(y0), dy);
+        let index = _mm256_add_epi32(
+            _mm256_mullo_epi32(_mm256_srai_epi32::<16>(yv), width),
+            _mm256_srai_epi32::<16>(xv),
+        );
+        // SAFETY: every index is a pixel inside the source and 3 bytes follow the last one.
+        let words = unsafe { _mm256_i32gather_epi32::<1>(src.as_ptr() as *const i32, index) };
+        let b = _mm256_shuffle_epi8(words, low_bytes);
+        let eight = _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256::<1>(b));
+        // SAFETY: i + 8 <= out.len().
+        unsafe { _mm_storel_epi64(out.as_mut_ptr().add(i) as *mut __m128i, eight) };
+        x0 = x0.wrapping_add(a0.wrapping_mul(8));
+        y0 = y0.wrapping_add(a3.wrapping_mul(8));
+        i += 8;
+    }
+    // The last few pixels one by one (a masked gather measured slower here).
+    for o in &mut out[i..] {
+        *o = src[(y0 >> 16) as usize * w + (x0 >> 16) as usize];
+        x0 = x0.wrapping_add(a0);
+        y0 = y0.wrapping_add(a3);
     }
 }
 
@@ -120,6 +179,22 @@ pub fn round15(v: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gathered_runs_equal_the_scalar_loop() {
+        // With 3 bytes of slack the AVX2 path runs (where the CPU has it); without, the
+        // scalar loop. Both must give the same pixels for every angle and size.
+        for (w, h) in [(28, 28), (20, 28), (9, 5)] {
+            let src: Vec<u8> = (0..w * h + 3).map(|i| (i * 37 % 251) as u8).collect();
+            let (mut a, mut b) = (vec![0u8; w * h], vec![0u8; w * h]);
+            for tenth in -1800..=1800 {
+                let angle = tenth as f64 / 10.0 + 0.013;
+                rotate_nearest(&src, w, h, angle, 7, &mut a);
+                rotate_nearest(&src[..w * h], w, h, angle, 7, &mut b);
+                assert_eq!(a, b, "{w}x{h} at {angle}");
+            }
+        }
+    }
 
     #[test]
     fn zero_and_half_turn() {
