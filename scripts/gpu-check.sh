@@ -8,6 +8,8 @@
 #   - then, time permitting, a worker sweep (0, 1, 2, 4, 8) with fewer steps;
 #   - copies report.md, result.json, steps.csv, the traces and a tarball of everything to $OUT.
 # Usage: bash scripts/gpu-check.sh      (OUT defaults to ./gpu-check-out)
+# GPU_CHECK_DEVICE=auto runs the same flow on a machine without a GPU (a dry run of the script:
+# the CUDA binary falls back to the CPU).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -57,7 +59,7 @@ run() {  # $1 = name, $2 = timeout s, rest = loaderlab arguments
   return $rc
 }
 
-SYN=(--set dataset.kind=synthetic --set dataset.synthetic_size=60000 --set device.kind=cuda)
+SYN=(--set dataset.kind=synthetic --set dataset.synthetic_size=60000 --set "device.kind=${GPU_CHECK_DEVICE:-cuda}")
 MAIN=main
 if ! run main 150 experiments/dataloader_workers.toml "${SYN[@]}"; then
   MAIN=short

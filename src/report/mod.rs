@@ -194,7 +194,7 @@ pub fn verdict(a: &Analysis, on_cpu: bool) -> String {
         let clock = a.conditions.first().map_or("", |c| c.device_clock.as_str());
         let _ = write!(
             out,
-            " The {device} sat idle for {} of the timed window (median over runs; busy time from {clock}).",
+            " Share of the timed window in which the {device} sat idle: {} (median over runs; busy time from {clock}).",
             idle.join(", ")
         );
     }
