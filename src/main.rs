@@ -588,14 +588,7 @@ fn bench(
                 println!(
                     "data pipeline of {target} (first condition), {repeat} repetitions ({cores} cores)"
                 );
-                loaderlab::bench::data(settings, repeat, quiet).inspect(|m| {
-                    if let (Some(w0), Some(w2)) = (m.get(1), m.get(3)) {
-                        println!(
-                            "loader workers=2 / workers=0: {:.2}×",
-                            w2.median / w0.median
-                        );
-                    }
-                })
+                loaderlab::bench::data(settings, repeat, quiet)
             }
             Err(e) => return config_failure(std::path::Path::new(target), &e),
         }
