@@ -501,7 +501,7 @@ pub fn run(exp: &Experiment, plan: &Plan, opts: &RunOptions) -> Result<RunMeta, 
             train::synchronize(&p.device)?;
             let mut clock = train::DeviceClock::for_device(&p.device);
             recording.start();
-            {
+            if clock.on_device() {
                 // The anchor event's device time is this span's host time: the GPU track is
                 // placed relative to it.
                 let _span = tracing::info_span!(trace::GPU_CLOCK_ANCHOR).entered();
