@@ -111,6 +111,11 @@ fn a_run_writes_every_file_and_verifies() {
     for run in ["1", "2", "3"] {
         assert_eq!(seq(run), seq("0"));
     }
+    // On the CPU the device's busy time is the step's own copy + compute (column 12).
+    for r in &steps {
+        let f = |i: usize| r[i].parse::<f64>().unwrap();
+        assert!((f(12) - (f(6) + f(7))).abs() < 1e-5, "{r:?}");
+    }
     // Each run starts from the same weights: the first loss is identical in every run.
     let first_loss: Vec<&String> = steps
         .iter()
@@ -162,9 +167,20 @@ fn a_run_writes_every_file_and_verifies() {
         "charts/throughput.svg",
         "Perfetto",
         "## Reproduce",
+        "device idle",
+        "busy time from host timers (CPU)",
     ] {
         assert!(report.contains(needle), "{needle} missing");
     }
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let idle = result.pointer("/analysis/conditions/0/device_idle_median");
+    let idle = idle.and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+    assert!(
+        (0.0..=1.0).contains(&idle),
+        "device idle {idle}: {:#}",
+        result["analysis"]
+    );
 
     // verify passes on the untouched folder.
     loaderlab().arg("verify").arg(&out).assert().success();
