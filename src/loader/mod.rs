@@ -556,6 +556,15 @@ mod tests {
     use crate::data::Synthetic;
 
     fn loader(workers: usize, persistent: bool, len: usize) -> Loader {
+        loader_in(workers, persistent, len, None)
+    }
+
+    fn loader_in(
+        workers: usize,
+        persistent: bool,
+        len: usize,
+        memory: Option<Arc<dyn HostMemory>>,
+    ) -> Loader {
         let cfg = LoaderConfig {
             batch_size: 16,
             workers,
@@ -565,10 +574,11 @@ mod tests {
             persistent_workers: persistent,
             seed: 9,
         };
-        Loader::new(
+        Loader::with_memory(
             Arc::new(Synthetic::new(len, 10, 9)),
             Arc::new(Pipeline::new(&seed_transforms(), 9, 28)),
             cfg,
+            memory,
         )
         .unwrap()
     }
@@ -629,22 +639,7 @@ mod tests {
         let serial = fingerprints(loader(0, true, 100), 20);
         for workers in [0, 2] {
             let memory = Arc::new(Counting(Default::default()));
-            let cfg = LoaderConfig {
-                batch_size: 16,
-                workers,
-                prefetch_factor: 2,
-                shuffle: true,
-                drop_last: true,
-                persistent_workers: true,
-                seed: 9,
-            };
-            let mut l = Loader::with_memory(
-                Arc::new(Synthetic::new(100, 10, 9)),
-                Arc::new(Pipeline::new(&seed_transforms(), 9, 28)),
-                cfg,
-                Some(memory.clone() as Arc<dyn HostMemory>),
-            )
-            .unwrap();
+            let mut l = loader_in(workers, true, 100, Some(memory.clone()));
             for want in &serial {
                 let b = l.next_batch().unwrap();
                 assert!(b.host_block().is_some());

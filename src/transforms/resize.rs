@@ -224,20 +224,6 @@ pub fn crop_resize(
     crop_resize_impl::<false>(src, src_w, b, out_w, out_h, dst, s)
 }
 
-/// The portable implementation, whatever the CPU (tests compare it with the dispatched one).
-#[cfg(test)]
-fn crop_resize_portable(
-    src: &[u8],
-    src_w: usize,
-    b: CropBox,
-    out_w: usize,
-    out_h: usize,
-    dst: &mut [u8],
-    s: &mut ResizeScratch,
-) {
-    crop_resize_impl::<false>(src, src_w, b, out_w, out_h, dst, s)
-}
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn crop_resize_avx2(
@@ -490,7 +476,7 @@ mod tests {
                         width,
                     };
                     crop_resize(&src, 28, bx, out, out, &mut a, &mut fast);
-                    crop_resize_portable(&src, 28, bx, out, out, &mut b, &mut portable);
+                    crop_resize_impl::<false>(&src, 28, bx, out, out, &mut b, &mut portable);
                     assert_eq!(a[..out * out], b[..out * out], "{bx:?} -> {out}");
                     checked += 1;
                 }

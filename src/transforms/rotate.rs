@@ -47,6 +47,10 @@ pub fn rotate_nearest(src: &[u8], w: usize, h: usize, angle: f64, fill: u8, dst:
     let mut a5 = fix(m[5] + m[3] * 0.5 + m[4] * 0.5);
     let inside =
         |xx: i32, yy: i32| ((xx >> 16) as u32 as usize) < w && ((yy >> 16) as u32 as usize) < h;
+    // Runs are gathered 8 pixels at a time where the CPU has AVX2 and the caller left the 3
+    // bytes of slack after the image that 4-byte gathers read.
+    #[cfg(target_arch = "x86_64")]
+    let gather = src.len() >= w * h + 3 && std::arch::is_x86_feature_detected!("avx2");
     for y in 0..h {
         let row = &mut dst[y * w..][..w];
         // Source coordinates are affine in x, so the pixels that land inside the source form
@@ -74,25 +78,26 @@ pub fn rotate_nearest(src: &[u8], w: usize, h: usize, angle: f64, fill: u8, dst:
                 row[..lo].fill(fill);
                 row[hi..].fill(fill);
                 let (mut xx, mut yy) = at(lo);
+                // Pixels lo..hi all map inside the source: each source coordinate is affine
+                // (exact integer arithmetic) in x, so `inside` holds on one interval of x,
+                // whose ends `lo` and `hi - 1` were both checked above.
                 #[cfg(target_arch = "x86_64")]
-                if src.len() >= w * h + 3 && std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: AVX2 is present; pixels lo..hi map inside the source (below) and
-                    // the source has the 3 bytes of slack the 4-byte gathers need.
+                if gather {
+                    // SAFETY: AVX2 is present, the run maps inside, and the slack is there.
                     unsafe { run_avx2(src, w, xx, yy, a0, a3, &mut row[lo..hi]) };
-                    a2 = a2.wrapping_add(a1);
-                    a5 = a5.wrapping_add(a4);
-                    continue;
                 }
-                let src = &src[..w * h];
-                for out in &mut row[lo..hi] {
-                    let i = (yy >> 16) as usize * w + (xx >> 16) as usize;
-                    // SAFETY: pixels lo..hi all map inside the source. Each source coordinate
-                    // is affine (exact integer arithmetic) in x, so `inside` holds on one
-                    // interval of x, whose ends `lo` and `hi - 1` were both checked above.
-                    debug_assert!(i < src.len());
-                    *out = unsafe { *src.get_unchecked(i) };
-                    xx = xx.wrapping_add(a0);
-                    yy = yy.wrapping_add(a3);
+                #[cfg(not(target_arch = "x86_64"))]
+                let gather = false;
+                if !gather {
+                    let src = &src[..w * h];
+                    for out in &mut row[lo..hi] {
+                        let i = (yy >> 16) as usize * w + (xx >> 16) as usize;
+                        debug_assert!(i < src.len());
+                        // SAFETY: inside the source (above).
+                        *out = unsafe { *src.get_unchecked(i) };
+                        xx = xx.wrapping_add(a0);
+                        yy = yy.wrapping_add(a3);
+                    }
                 }
             }
         }
