@@ -111,6 +111,9 @@ impl Dataset for FashionMnist {
         buf[..IMAGE_PIXELS]
             .copy_from_slice(&self.images[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]);
     }
+    fn prefetch(&self, index: usize) {
+        super::prefetch_bytes(&self.images[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]);
+    }
     fn classes(&self) -> usize {
         10
     }

@@ -93,10 +93,9 @@ fn parse_idx(bytes: &[u8]) -> Result<IdxArray, String> {
             }
         ));
     }
-    Ok(IdxArray {
-        dims,
-        data: bytes[header..].to_vec(),
-    })
+    let mut data = super::with_large_pages(expected);
+    data.extend_from_slice(&bytes[header..]);
+    Ok(IdxArray { dims, data })
 }
 
 /// Encode an unsigned-byte IDX array (raw, uncompressed).
@@ -132,6 +131,21 @@ mod tests {
         enc.write_all(&write_idx(&sample())).unwrap();
         std::fs::write(&gz, enc.finish().unwrap()).unwrap();
         assert_eq!(read_idx(&gz).unwrap(), sample());
+    }
+
+    #[test]
+    fn round_trip_of_a_dataset_sized_array() {
+        // 8,000 images of 28×28 (6.3 MB): large enough for the huge-page allocation path.
+        let array = IdxArray {
+            dims: vec![8_000, 28, 28],
+            data: (0..8_000 * 784u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+                .collect(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let raw = dir.path().join("big-idx3-ubyte");
+        std::fs::write(&raw, write_idx(&array)).unwrap();
+        assert_eq!(read_idx(&raw).unwrap(), array);
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub trait Dataset: Send + Sync {
     fn label(&self, index: usize) -> u8;
     /// Copy image `index` (row-major, IMAGE_PIXELS bytes) into `buf`.
     fn image_into(&self, index: usize, buf: &mut [u8]);
+    /// A hint that image `index` will be read soon.
+    fn prefetch(&self, _index: usize) {}
     fn classes(&self) -> usize;
     /// A short description for reports, e.g. "FashionMNIST train (60000 images)".
     fn describe(&self) -> String;
@@ -91,4 +93,46 @@ pub fn open(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataEr
             settings.experiment.seed,
         )),
     })
+}
+
+/// Ask the CPU to bring `bytes` into cache ahead of a read: a hint, a no-op off x86-64.
+#[inline]
+pub fn prefetch_bytes(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // One prefetch per 64-byte line the slice touches, the partial first and last included.
+        let start = bytes.as_ptr() as usize;
+        let mut line = start & !63;
+        while line < start + bytes.len() {
+            // SAFETY: a prefetch never faults and changes no memory, whatever the address.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch(line as *const i8, std::arch::x86_64::_MM_HINT_T0)
+            };
+            line += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
+/// An empty `Vec` with room for `len` bytes whose pages Linux is asked to back with 2 MiB
+/// pages (transparent huge pages, `madvise` mode). A loader reads a dataset of tens of MB at
+/// random; with 4 KiB pages nearly every image read is also a TLB miss and a page walk
+/// (measured: ≈ 4–5 % of the loader's time on synthetic data of FashionMNIST's size).
+/// Advice only: where huge pages are off or unavailable the memory is ordinary.
+pub(crate) fn with_large_pages(len: usize) -> Vec<u8> {
+    let v = Vec::with_capacity(len);
+    #[cfg(target_os = "linux")]
+    if len >= 4 << 20 {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let start = v.as_ptr() as usize;
+        let (from, to) = (start.next_multiple_of(page), (start + len) / page * page);
+        if to > from {
+            // SAFETY: whole pages inside this allocation; the advice changes no contents,
+            // and a failure (huge pages disabled) leaves ordinary pages, which is fine.
+            unsafe { libc::madvise(from as *mut libc::c_void, to - from, libc::MADV_HUGEPAGE) };
+        }
+    }
+    v
 }

@@ -38,7 +38,8 @@ impl Synthetic {
             rendered: None,
         };
         if len <= PRERENDER_MAX {
-            let mut all = vec![0u8; len * IMAGE_PIXELS];
+            let mut all = super::with_large_pages(len * IMAGE_PIXELS);
+            all.resize(len * IMAGE_PIXELS, 0);
             for (i, img) in all.chunks_exact_mut(IMAGE_PIXELS).enumerate() {
                 s.render(i, img);
             }
@@ -91,6 +92,12 @@ impl Dataset for Synthetic {
             Some(all) => buf[..IMAGE_PIXELS]
                 .copy_from_slice(&all[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]),
             None => self.render(index, buf),
+        }
+    }
+
+    fn prefetch(&self, index: usize) {
+        if let Some(all) = &self.rendered {
+            super::prefetch_bytes(&all[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]);
         }
     }
 

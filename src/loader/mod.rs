@@ -266,6 +266,11 @@ impl Builder {
         batch.labels.resize(source.cfg.batch_size, 0);
         let images = batch.images.as_mut_slice();
         for (slot, &i) in indices.iter().enumerate() {
+            // The next image's bytes are on their way while this one is transformed (a random
+            // read from a dataset of tens of MB misses every cache).
+            if let Some(&next) = indices.get(slot + 1) {
+                source.dataset.prefetch(next as usize);
+            }
             let i = i as usize;
             source.dataset.image_into(i, &mut self.pixels);
             batch.labels[slot] = source.dataset.label(i) as u32;
@@ -436,6 +441,63 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     } else {
         "unknown panic".into()
     }
+}
+
+/// The loader's batch work with the hand-off taken away: `threads` threads each build every
+/// `threads`-th of `batches` batches into a private ring of `prefetch_factor` buffers (as a
+/// worker's), with no channels, no ordering and no consumer; timed until the last thread is
+/// done. Returns images per second.
+///
+/// This is the ceiling a loader with that many workers could reach on this machine: equal
+/// shares, as round-robin assignment gives each worker, so a slower core holds the total back
+/// just as it holds back in-order delivery, but nothing ever waits for anything else. `bench`
+/// sets the loader's speed-up beside it, so a loader shortfall can be told apart from a machine
+/// that does not scale (shared caches and memory, cores of unequal speed on a busy host).
+pub fn independent_rate(
+    dataset: Arc<dyn Dataset>,
+    pipeline: Arc<Pipeline>,
+    cfg: LoaderConfig,
+    threads: usize,
+    batches: u64,
+) -> f64 {
+    let threads = threads.max(1);
+    let source = Source {
+        dataset,
+        pipeline,
+        cfg,
+        memory: None,
+    };
+    let start = std::sync::Barrier::new(threads + 1);
+    let (images, elapsed) = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (source, start) = (&source, &start);
+                scope.spawn(move || {
+                    let mut builder = Builder::new(source);
+                    let mut ring: Vec<Batch> = (0..source.cfg.prefetch_factor)
+                        .map(|_| Batch::default())
+                        .collect();
+                    // Warm up every buffer of the ring, as the loader's warm-up does.
+                    for (i, batch) in ring.iter_mut().enumerate() {
+                        builder.build(source, (t + i * threads) as u64, batch);
+                    }
+                    start.wait();
+                    let mut images = 0;
+                    for (i, k) in (t as u64..batches).step_by(threads).enumerate() {
+                        let batch = &mut ring[i % source.cfg.prefetch_factor];
+                        builder.build(source, k, batch);
+                        images += batch.len;
+                    }
+                    images
+                })
+            })
+            .collect();
+        start.wait();
+        let started = Instant::now();
+        let images: usize = handles.into_iter().map(|h| h.join().unwrap_or(0)).sum();
+        (images, started.elapsed())
+    });
+    images as f64 / elapsed.as_secs_f64()
 }
 
 enum Mode {
