@@ -109,19 +109,37 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
     // ≈ 65,536 images per repetition (0.1–0.3 s), for the same reason. Worker counts are
     // interleaved within each repetition (0, 1, 2, then 2, 1, 0, ...), so a slow spell of a
     // shared machine hits every count alike; the speed-up is the median of per-repetition ratios.
-    let batches = (65_536 / batch).clamp(8, 1024);
+    // Each repetition also builds the same batches on one and on two threads that hand nothing
+    // over (`independent_rate`): the machine's own ceiling for the speed-up.
+    let batches = (65_536 / batch).clamp(8, 1024) as u64;
     let counts = [0usize, 1, 2];
     let mut rates = vec![Vec::new(); counts.len()];
+    let mut alone = [Vec::new(), Vec::new()];
     for r in 0..repeats {
-        let mut order: Vec<usize> = (0..counts.len()).collect();
+        // 0..3: the loader at counts[k]; 3, 4: independent builders on 1, 2 threads.
+        let mut order: Vec<usize> = (0..counts.len() + 2).collect();
         if r % 2 == 1 {
             order.reverse();
         }
         for k in order {
             let mut cfg = LoaderConfig::from_settings(settings);
+            if k >= counts.len() {
+                let threads = k - counts.len() + 1;
+                alone[threads - 1].push(crate::loader::independent_rate(
+                    Arc::clone(&dataset),
+                    Arc::clone(&pipeline),
+                    cfg,
+                    threads,
+                    batches,
+                ));
+                continue;
+            }
             cfg.workers = counts[k];
+            // Warm-up touches every buffer the loader will cycle through (prefetch × workers,
+            // or the one serial buffer), so no first-touch page faults land in the timing.
+            let warm_up = (cfg.prefetch_factor * cfg.workers).max(1) + 1;
             let mut loader = Loader::new(Arc::clone(&dataset), Arc::clone(&pipeline), cfg)?;
-            for _ in 0..2 {
+            for _ in 0..warm_up {
                 loader.next_batch()?;
             }
             let t = Instant::now();
@@ -132,7 +150,11 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
             rates[k].push(images as f64 / t.elapsed().as_secs_f64());
         }
     }
-    let ratios: Vec<f64> = rates[2].iter().zip(&rates[0]).map(|(a, b)| a / b).collect();
+    let ratio =
+        |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(a, b)| a / b).collect() };
+    let speedup = ratio(&rates[2], &rates[0]);
+    let ceiling = ratio(&alone[1], &alone[0]);
+    let share = ratio(&speedup, &ceiling);
     for (k, r) in rates.into_iter().enumerate() {
         results.push(Measurement::new(
             format!("loader, workers = {} (no training)", counts[k]),
@@ -143,7 +165,17 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
     results.push(Measurement::new(
         "loader speed-up, workers = 2 / workers = 0",
         "×",
-        ratios,
+        speedup,
+    ));
+    results.push(Measurement::new(
+        "same batches, 2 threads / 1, no hand-off (ceiling)",
+        "×",
+        ceiling,
+    ));
+    results.push(Measurement::new(
+        "loader speed-up / that ceiling",
+        "",
+        share,
     ));
     Ok(results)
 }
