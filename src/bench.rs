@@ -106,18 +106,19 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
         chain,
     )];
     let batch = settings.loader.batch_size as usize;
-    // ≈ 65,536 images per repetition (0.1–0.3 s), for the same reason. Worker counts are
-    // interleaved within each repetition (0, 1, 2, then 2, 1, 0, ...), so a slow spell of a
-    // shared machine hits every count alike; the speed-up is the median of per-repetition ratios.
-    // Each repetition also builds the same batches on one and on two threads that hand nothing
-    // over (`independent_rate`): the machine's own ceiling for the speed-up.
+    // ≈ 65,536 images per repetition (0.1–0.3 s), for the same reason. Each repetition also
+    // builds the same batches on one and on two threads that hand nothing over
+    // (`independent_rate`): the machine's own ceiling for the speed-up. Within a repetition the
+    // two figures of each ratio are measured back to back (workers 0 and 2, then 1 thread and 2
+    // threads), in reverse order every other repetition, because this machine's speed drifts by
+    // tens of percent within a minute; each speed-up is the median of per-repetition ratios.
     let batches = (65_536 / batch).clamp(8, 1024) as u64;
     let counts = [0usize, 1, 2];
     let mut rates = vec![Vec::new(); counts.len()];
     let mut alone = [Vec::new(), Vec::new()];
     for r in 0..repeats {
         // 0..3: the loader at counts[k]; 3, 4: independent builders on 1, 2 threads.
-        let mut order: Vec<usize> = (0..counts.len() + 2).collect();
+        let mut order = vec![0, 2, 1, 3, 4];
         if r % 2 == 1 {
             order.reverse();
         }

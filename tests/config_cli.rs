@@ -624,3 +624,50 @@ fn seed_experiment_plans_the_seed_protocol() {
     assert_eq!(c["transforms"][0]["scale"], serde_json::json!([0.75, 1.0]));
     assert_eq!(c["transforms"][1]["degrees"], 15.0);
 }
+
+/// `bench FILE` measures every figure it names: the chain, the loader at 0, 1 and 2 workers,
+/// the speed-up, and the machine's ceiling beside it, each a finite positive median of the
+/// requested repetitions. (Timing itself is not checked here: this machine's speed drifts.)
+#[test]
+fn bench_reports_the_chain_the_loader_and_the_ceiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        &format!("{BASE}\n[loader]\nbatch_size = 128\nworkers = 4\n"),
+    );
+    let out = loaderlab()
+        .arg("bench")
+        .arg(&file)
+        .args(["--repeat", "2"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in [
+        "transform chain, 1 thread",
+        "loader, workers = 0 (no training)",
+        "loader, workers = 1 (no training)",
+        "loader, workers = 2 (no training)",
+        "loader speed-up, workers = 2 / workers = 0",
+        "same batches, 2 threads / 1, no hand-off",
+        "loader speed-up / that ceiling",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name:?} line in:\n{stdout}"));
+        assert!(line.ends_with("n = 2)"), "{line}");
+        // The median is the last number before "(min".
+        let head = line.split(" (min").next().unwrap();
+        let median = head
+            .split_whitespace()
+            .filter_map(|t| t.parse::<f64>().ok())
+            .last()
+            .unwrap();
+        assert!(median.is_finite() && median > 0.0, "{line}");
+    }
+}
