@@ -665,8 +665,8 @@ fn bench_reports_the_chain_the_loader_and_the_ceiling() {
         let head = line.split(" (min").next().unwrap();
         let median = head
             .split_whitespace()
-            .filter_map(|t| t.parse::<f64>().ok())
-            .last()
+            .rev()
+            .find_map(|t| t.parse::<f64>().ok())
             .unwrap();
         assert!(median.is_finite() && median > 0.0, "{line}");
     }
