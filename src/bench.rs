@@ -125,14 +125,18 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
         for k in order {
             let mut cfg = LoaderConfig::from_settings(settings);
             if k >= counts.len() {
+                // As workers = 0 (one thread, one buffer) and as workers = 2 (two threads,
+                // prefetch_factor buffers each).
                 let threads = k - counts.len() + 1;
+                let buffers = if threads == 1 { 1 } else { cfg.prefetch_factor };
                 alone[threads - 1].push(crate::loader::independent_rate(
                     Arc::clone(&dataset),
                     Arc::clone(&pipeline),
                     cfg,
                     threads,
+                    buffers,
                     batches,
-                ));
+                )?);
                 continue;
             }
             cfg.workers = counts[k];

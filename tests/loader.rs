@@ -94,3 +94,28 @@ fn dropping_a_busy_loader_returns_promptly() {
     drop(loader);
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+#[test]
+fn independent_builders_report_a_panic_instead_of_hanging() {
+    use loaderlab::loader::independent_rate;
+    let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, 28));
+    let good = Arc::new(Synthetic::new(64, 10, 3));
+    let rate = independent_rate(good, pipeline.clone(), config(2), 2, 2, 8).unwrap();
+    assert!(rate.is_finite() && rate > 0.0);
+    // Sample 45 is in batch 5 (timed, thread 1); sample 12 in batch 1 (thread 1's warm-up).
+    for (bad, batch) in [(45, 5), (12, 1)] {
+        let dataset = Arc::new(Faulty {
+            inner: Synthetic::new(64, 10, 3),
+            bad,
+        });
+        let started = Instant::now();
+        let err = independent_rate(dataset, pipeline.clone(), config(2), 2, 2, 8).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10), "no hang");
+        assert!(
+            err.to_string().contains(&format!(
+                "loader worker 1 panicked while building batch {batch}"
+            )),
+            "{err}"
+        );
+    }
+}

@@ -444,23 +444,26 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// The loader's batch work with the hand-off taken away: `threads` threads each build every
-/// `threads`-th of `batches` batches into a private ring of `prefetch_factor` buffers (as a
-/// worker's), with no channels, no ordering and no consumer; timed until the last thread is
-/// done. Returns images per second.
+/// `threads`-th of `batches` batches into a private ring of `buffers` batch buffers, with no
+/// channels, no ordering and no consumer; timed until the last thread is done. Returns images
+/// per second.
 ///
-/// This is the ceiling a loader with that many workers could reach on this machine: equal
-/// shares, as round-robin assignment gives each worker, so a slower core holds the total back
-/// just as it holds back in-order delivery, but nothing ever waits for anything else. `bench`
-/// sets the loader's speed-up beside it, so a loader shortfall can be told apart from a machine
-/// that does not scale (shared caches and memory, cores of unequal speed on a busy host).
+/// With one buffer on one thread this is the serial loader's work (workers = 0); with
+/// `prefetch_factor` buffers on N threads, N workers' work. The ratio of the two is the ceiling
+/// of the loader's speed-up on this machine: equal shares, as round-robin assignment gives
+/// each worker, so a slower core holds the total back just as it holds back in-order delivery,
+/// but nothing ever waits for anything else. `bench` sets the loader's speed-up beside it, so a
+/// loader shortfall can be told apart from a machine that does not scale (shared caches and
+/// memory, cores of unequal speed on a busy host).
 pub fn independent_rate(
     dataset: Arc<dyn Dataset>,
     pipeline: Arc<Pipeline>,
     cfg: LoaderConfig,
     threads: usize,
+    buffers: usize,
     batches: u64,
-) -> f64 {
-    let threads = threads.max(1);
+) -> Result<f64, LoaderError> {
+    let (threads, buffers) = (threads.max(1), buffers.max(1));
     let source = Source {
         dataset,
         pipeline,
@@ -468,36 +471,57 @@ pub fn independent_rate(
         memory: None,
     };
     let start = std::sync::Barrier::new(threads + 1);
-    let (images, elapsed) = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let (source, start) = (&source, &start);
                 scope.spawn(move || {
                     let mut builder = Builder::new(source);
-                    let mut ring: Vec<Batch> = (0..source.cfg.prefetch_factor)
-                        .map(|_| Batch::default())
-                        .collect();
-                    // Warm up every buffer of the ring, as the loader's warm-up does.
-                    for (i, batch) in ring.iter_mut().enumerate() {
-                        builder.build(source, (t + i * threads) as u64, batch);
-                    }
+                    let mut ring: Vec<Batch> = (0..buffers).map(|_| Batch::default()).collect();
+                    let mut current = t as u64;
+                    // Every buffer of the ring is built into once before the clock starts, as
+                    // the loader's warm-up does; a panic still reaches the barrier (no hang).
+                    let warm = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        for (i, batch) in ring.iter_mut().enumerate() {
+                            current = (t + i * threads) as u64;
+                            builder.build(source, current, batch);
+                        }
+                    }));
                     start.wait();
-                    let mut images = 0;
-                    for (i, k) in (t as u64..batches).step_by(threads).enumerate() {
-                        let batch = &mut ring[i % source.cfg.prefetch_factor];
-                        builder.build(source, k, batch);
-                        images += batch.len;
-                    }
-                    images
+                    let built = warm.and_then(|()| {
+                        std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            let mut images = 0;
+                            for (i, k) in (t as u64..batches).step_by(threads).enumerate() {
+                                current = k;
+                                let batch = &mut ring[i % buffers];
+                                builder.build(source, k, batch);
+                                images += batch.len;
+                            }
+                            images
+                        }))
+                    });
+                    built.map_err(|panic| LoaderError::WorkerPanicked {
+                        worker: t,
+                        batch: current,
+                        message: panic_message(&panic),
+                    })
                 })
             })
             .collect();
         start.wait();
         let started = Instant::now();
-        let images: usize = handles.into_iter().map(|h| h.join().unwrap_or(0)).sum();
-        (images, started.elapsed())
-    });
-    images as f64 / elapsed.as_secs_f64()
+        let mut images = 0;
+        for h in handles {
+            images += h.join().unwrap_or_else(|panic| {
+                Err(LoaderError::WorkerPanicked {
+                    worker: 0,
+                    batch: 0,
+                    message: panic_message(&panic),
+                })
+            })?;
+        }
+        Ok(images as f64 / started.elapsed().as_secs_f64())
+    })
 }
 
 enum Mode {
