@@ -113,46 +113,59 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
     // threads), in reverse order every other repetition, because this machine's speed drifts by
     // tens of percent within a minute; each speed-up is the median of per-repetition ratios.
     let batches = (65_536 / batch).clamp(8, 1024) as u64;
-    let counts = [0usize, 1, 2];
-    let mut rates = vec![Vec::new(); counts.len()];
-    let mut alone = [Vec::new(), Vec::new()];
+    // What one timing in a repetition measures: the loader, or the independent builders.
+    #[derive(Clone, Copy)]
+    enum Case {
+        Workers { workers: usize },
+        Alone { threads: usize },
+    }
+    use Case::{Alone, Workers};
+    let mut rates = [Vec::new(), Vec::new(), Vec::new()]; // the loader at 0, 1, 2 workers
+    let mut alone = [Vec::new(), Vec::new()]; // independent builders on 1, 2 threads
     for r in 0..repeats {
-        // 0..3: the loader at counts[k]; 3, 4: independent builders on 1, 2 threads.
-        let mut order = vec![0, 2, 1, 3, 4];
+        let mut order = [
+            Workers { workers: 0 },
+            Workers { workers: 2 },
+            Workers { workers: 1 },
+            Alone { threads: 1 },
+            Alone { threads: 2 },
+        ];
         if r % 2 == 1 {
             order.reverse();
         }
-        for k in order {
+        for case in order {
             let mut cfg = LoaderConfig::from_settings(settings);
-            if k >= counts.len() {
-                // As workers = 0 (one thread, one buffer) and as workers = 2 (two threads,
-                // prefetch_factor buffers each).
-                let threads = k - counts.len() + 1;
-                let buffers = if threads == 1 { 1 } else { cfg.prefetch_factor };
-                alone[threads - 1].push(crate::loader::independent_rate(
-                    Arc::clone(&dataset),
-                    Arc::clone(&pipeline),
-                    cfg,
-                    threads,
-                    buffers,
-                    batches,
-                )?);
-                continue;
+            match case {
+                Alone { threads } => {
+                    // As workers = 0 (one thread, one buffer) and as workers = 2 (two
+                    // threads, prefetch_factor buffers each).
+                    let buffers = if threads == 1 { 1 } else { cfg.prefetch_factor };
+                    alone[threads - 1].push(crate::loader::independent_rate(
+                        Arc::clone(&dataset),
+                        Arc::clone(&pipeline),
+                        cfg,
+                        threads,
+                        buffers,
+                        batches,
+                    )?);
+                }
+                Workers { workers } => {
+                    cfg.workers = workers;
+                    // Warm-up touches every buffer the loader will cycle through (prefetch ×
+                    // workers, or the one serial buffer): no first-touch page faults are timed.
+                    let warm_up = (cfg.prefetch_factor * workers).max(1) + 1;
+                    let mut loader = Loader::new(Arc::clone(&dataset), Arc::clone(&pipeline), cfg)?;
+                    for _ in 0..warm_up {
+                        loader.next_batch()?;
+                    }
+                    let t = Instant::now();
+                    let mut images = 0;
+                    for _ in 0..batches {
+                        images += loader.next_batch()?.len;
+                    }
+                    rates[workers].push(images as f64 / t.elapsed().as_secs_f64());
+                }
             }
-            cfg.workers = counts[k];
-            // Warm-up touches every buffer the loader will cycle through (prefetch × workers,
-            // or the one serial buffer), so no first-touch page faults land in the timing.
-            let warm_up = (cfg.prefetch_factor * cfg.workers).max(1) + 1;
-            let mut loader = Loader::new(Arc::clone(&dataset), Arc::clone(&pipeline), cfg)?;
-            for _ in 0..warm_up {
-                loader.next_batch()?;
-            }
-            let t = Instant::now();
-            let mut images = 0;
-            for _ in 0..batches {
-                images += loader.next_batch()?.len;
-            }
-            rates[k].push(images as f64 / t.elapsed().as_secs_f64());
         }
     }
     let ratio =
@@ -160,9 +173,9 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
     let speedup = ratio(&rates[2], &rates[0]);
     let ceiling = ratio(&alone[1], &alone[0]);
     let share = ratio(&speedup, &ceiling);
-    for (k, r) in rates.into_iter().enumerate() {
+    for (workers, r) in rates.into_iter().enumerate() {
         results.push(Measurement::new(
-            format!("loader, workers = {} (no training)", counts[k]),
+            format!("loader, workers = {workers} (no training)"),
             "img/s",
             r,
         ));

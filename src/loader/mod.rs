@@ -287,6 +287,26 @@ impl Builder {
         fp.labels(batch.labels());
         batch.fingerprint = fp.finish();
     }
+
+    /// [`Builder::build`] as worker `worker` does it: inside a `build_batch` trace span, with a
+    /// panic (a bad dataset, a failed allocation) turned into an error naming worker and batch.
+    fn build_caught(
+        &mut self,
+        source: &Source,
+        worker: usize,
+        k: u64,
+        batch: &mut Batch,
+    ) -> Result<(), LoaderError> {
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let _span = tracing::info_span!(trace::BUILD_BATCH, batch = k).entered();
+            self.build(source, k, batch);
+        }))
+        .map_err(|panic| LoaderError::WorkerPanicked {
+            worker,
+            batch: k,
+            message: panic_message(&panic),
+        })
+    }
 }
 
 struct Worker {
@@ -413,18 +433,9 @@ fn worker_main(
             return;
         }
         let Ok(mut batch) = free.recv() else { return };
-        let built = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let _span = tracing::info_span!(trace::BUILD_BATCH, batch = k).entered();
-            builder.build(source, k, &mut batch);
-        }));
-        let message = match built {
-            Ok(()) => Ok(batch),
-            Err(panic) => Err(LoaderError::WorkerPanicked {
-                worker: w,
-                batch: k,
-                message: panic_message(&panic),
-            }),
-        };
+        let message = builder
+            .build_caught(source, w, k, &mut batch)
+            .map(|()| batch);
         let failed = message.is_err();
         if done.send(message).is_err() || failed {
             return;
@@ -446,7 +457,7 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 /// The loader's batch work with the hand-off taken away: `threads` threads each build every
 /// `threads`-th of `batches` batches into a private ring of `buffers` batch buffers, with no
 /// channels, no ordering and no consumer; timed until the last thread is done. Returns images
-/// per second.
+/// per second, or the first builder's failure (a panic names thread and batch, as a worker's).
 ///
 /// With one buffer on one thread this is the serial loader's work (workers = 0); with
 /// `prefetch_factor` buffers on N threads, N workers' work. The ratio of the two is the ceiling
@@ -478,33 +489,20 @@ pub fn independent_rate(
                 scope.spawn(move || {
                     let mut builder = Builder::new(source);
                     let mut ring: Vec<Batch> = (0..buffers).map(|_| Batch::default()).collect();
-                    let mut current = t as u64;
                     // Every buffer of the ring is built into once before the clock starts, as
-                    // the loader's warm-up does; a panic still reaches the barrier (no hang).
-                    let warm = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        for (i, batch) in ring.iter_mut().enumerate() {
-                            current = (t + i * threads) as u64;
-                            builder.build(source, current, batch);
-                        }
-                    }));
-                    start.wait();
-                    let built = warm.and_then(|()| {
-                        std::panic::catch_unwind(AssertUnwindSafe(|| {
-                            let mut images = 0;
-                            for (i, k) in (t as u64..batches).step_by(threads).enumerate() {
-                                current = k;
-                                let batch = &mut ring[i % buffers];
-                                builder.build(source, k, batch);
-                                images += batch.len;
-                            }
-                            images
-                        }))
+                    // the loader's warm-up does; a failure still reaches the barrier (no hang).
+                    let warm = ring.iter_mut().enumerate().try_for_each(|(i, batch)| {
+                        builder.build_caught(source, t, (t + i * threads) as u64, batch)
                     });
-                    built.map_err(|panic| LoaderError::WorkerPanicked {
-                        worker: t,
-                        batch: current,
-                        message: panic_message(&panic),
-                    })
+                    start.wait();
+                    warm?;
+                    let mut images = 0;
+                    for (i, k) in (t as u64..batches).step_by(threads).enumerate() {
+                        let batch = &mut ring[i % buffers];
+                        builder.build_caught(source, t, k, batch)?;
+                        images += batch.len;
+                    }
+                    Ok::<usize, LoaderError>(images)
                 })
             })
             .collect();
@@ -512,13 +510,8 @@ pub fn independent_rate(
         let started = Instant::now();
         let mut images = 0;
         for h in handles {
-            images += h.join().unwrap_or_else(|panic| {
-                Err(LoaderError::WorkerPanicked {
-                    worker: 0,
-                    batch: 0,
-                    message: panic_message(&panic),
-                })
-            })?;
+            // Builders catch their own panics; anything else is a bug, passed on as a panic.
+            images += h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
         }
         Ok(images as f64 / started.elapsed().as_secs_f64())
     })

@@ -51,6 +51,8 @@ pub fn rotate_nearest(src: &[u8], w: usize, h: usize, angle: f64, fill: u8, dst:
     // bytes of slack after the image that 4-byte gathers read.
     #[cfg(target_arch = "x86_64")]
     let gather = src.len() >= w * h + 3 && std::arch::is_x86_feature_detected!("avx2");
+    #[cfg(not(target_arch = "x86_64"))]
+    let gather = false;
     for y in 0..h {
         let row = &mut dst[y * w..][..w];
         // Source coordinates are affine in x, so the pixels that land inside the source form
@@ -86,8 +88,6 @@ pub fn rotate_nearest(src: &[u8], w: usize, h: usize, angle: f64, fill: u8, dst:
                     // SAFETY: AVX2 is present, the run maps inside, and the slack is there.
                     unsafe { run_avx2(src, w, xx, yy, a0, a3, &mut row[lo..hi]) };
                 }
-                #[cfg(not(target_arch = "x86_64"))]
-                let gather = false;
                 if !gather {
                     let src = &src[..w * h];
                     for out in &mut row[lo..hi] {
