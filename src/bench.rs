@@ -1,5 +1,6 @@
 //! `loaderlab bench`: the speed claims, measured. `bench FILE` times the transform chain on one
-//! thread and the loader (no training) at 0, 1 and 2 workers; `bench step` times the training
+//! thread and the loader (no training) at 0, 1 and 2 workers, beside two ceilings for the
+//! loader's speed-up (the same batches with no hand-off, and arithmetic alone); `bench step` times the training
 //! step at 1 and 2 threads, and PyTorch's step in the same run when a Python with torch exists.
 //! Every figure is a median over repetitions with its min–max.
 
@@ -42,7 +43,7 @@ impl Measurement {
         // Ratios (small numbers) get two decimals, rates and times one.
         let p = if self.median.abs() < 100.0 { 2 } else { 1 };
         format!(
-            "{:<44} {:>12.p$} {}  (min {:.p$}, max {:.p$}, n = {})",
+            "{:<52} {:>12.p$} {}  (min {:.p$}, max {:.p$}, n = {})",
             self.name,
             self.median,
             self.unit,
@@ -118,10 +119,12 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
     enum Case {
         Workers { workers: usize },
         Alone { threads: usize },
+        Arithmetic { threads: usize },
     }
-    use Case::{Alone, Workers};
+    use Case::{Alone, Arithmetic, Workers};
     let mut rates = [Vec::new(), Vec::new(), Vec::new()]; // the loader at 0, 1, 2 workers
     let mut alone = [Vec::new(), Vec::new()]; // independent builders on 1, 2 threads
+    let mut arithmetic = [Vec::new(), Vec::new()]; // the cores alone, on 1, 2 threads
     for r in 0..repeats {
         let mut order = [
             Workers { workers: 0 },
@@ -129,6 +132,8 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
             Workers { workers: 1 },
             Alone { threads: 1 },
             Alone { threads: 2 },
+            Arithmetic { threads: 1 },
+            Arithmetic { threads: 2 },
         ];
         if r % 2 == 1 {
             order.reverse();
@@ -136,6 +141,7 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
         for case in order {
             let mut cfg = LoaderConfig::from_settings(settings);
             match case {
+                Arithmetic { threads } => arithmetic[threads - 1].push(arithmetic_rate(threads)),
                 Alone { threads } => {
                     // As workers = 0 (one thread, one buffer) and as workers = 2 (two
                     // threads, prefetch_factor buffers each).
@@ -173,6 +179,7 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
     let speedup = ratio(&rates[2], &rates[0]);
     let ceiling = ratio(&alone[1], &alone[0]);
     let share = ratio(&speedup, &ceiling);
+    let cores = ratio(&arithmetic[1], &arithmetic[0]);
     for (workers, r) in rates.into_iter().enumerate() {
         results.push(Measurement::new(
             format!("loader, workers = {workers} (no training)"),
@@ -195,7 +202,41 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
         "",
         share,
     ));
+    results.push(Measurement::new(
+        "arithmetic only, 2 threads / 1 (the cores)",
+        "×",
+        cores,
+    ));
     Ok(results)
+}
+
+/// Rounds of register-only integer arithmetic per second on `threads` threads, each doing
+/// the same fixed share (≈ 0.1 s on a 2020s core), timed until the last is done: no memory,
+/// no data, nothing shared. Two threads over one is what this machine's cores give to perfectly
+/// parallel work, so a speed-up below 2 that this ratio shares is the machine's, not the
+/// loader's (a virtual machine's cores can run at different, drifting speeds).
+fn arithmetic_rate(threads: usize) -> f64 {
+    const ROUNDS: u64 = 1 << 17;
+    const PER_ROUND: u64 = 1024;
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                // Four independent chains keep several ALUs busy without touching memory.
+                let (mut a, mut b, mut c, mut d) = (1u64, 2u64, 3u64, 4u64);
+                for _ in 0..ROUNDS {
+                    for _ in 0..PER_ROUND {
+                        a = a.wrapping_mul(3).wrapping_add(1);
+                        b = b.wrapping_mul(5).wrapping_add(7);
+                        c ^= c << 1;
+                        d = d.wrapping_add(d >> 3);
+                    }
+                    (a, b, c, d) = std::hint::black_box((a, b, c, d));
+                }
+            });
+        }
+    });
+    (threads as u64 * ROUNDS) as f64 / started.elapsed().as_secs_f64()
 }
 
 /// Median step time of the candle model at each thread count.
