@@ -100,9 +100,11 @@ enum Command {
         /// An experiment file, or `step`.
         #[arg(value_name = "EXPERIMENT.toml|step")]
         target: String,
-        /// Repetitions; each figure is their median with min–max.
-        #[arg(long, default_value_t = 5)]
-        repeat: usize,
+        /// Repetitions; each figure is their median with min–max. Default 11 for an
+        /// experiment file (its paired ratios swing by tens of percent on a shared machine, so
+        /// their median needs many), 5 for `step`.
+        #[arg(long)]
+        repeat: Option<usize>,
         /// Batch size for `bench step`.
         #[arg(long, default_value_t = 256)]
         batch: usize,
@@ -319,6 +321,7 @@ fn main() -> ExitCode {
             } else {
                 loaderlab::train::Layers::FastCpu
             };
+            let repeat = repeat.unwrap_or(if target == "step" { 5 } else { 11 });
             bench(
                 &target,
                 repeat.max(1),
