@@ -1,8 +1,8 @@
 //! `loaderlab bench`: the speed claims, measured. `bench FILE` times the transform chain on one
 //! thread and the loader (no training) at 0, 1 and 2 workers, beside two ceilings for the
-//! loader's speed-up (the same batches with no hand-off, and arithmetic alone); `bench step` times the training
-//! step at 1 and 2 threads, and PyTorch's step in the same run when a Python with torch exists.
-//! Every figure is a median over repetitions with its min–max.
+//! loader's speed-up (the same batches with no hand-off, and arithmetic alone); `bench step`
+//! times the training step at 1 and 2 threads, and PyTorch's step in the same run when a Python
+//! with torch exists. Every figure is a median over repetitions with its min–max.
 
 use std::sync::Arc;
 use std::time::Instant;
