@@ -187,26 +187,21 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
             r,
         ));
     }
-    results.push(Measurement::new(
-        "loader speed-up, workers = 2 / workers = 0",
-        "×",
-        speedup,
-    ));
-    results.push(Measurement::new(
-        "same batches, 2 threads / 1, no hand-off (ceiling)",
-        "×",
-        ceiling,
-    ));
-    results.push(Measurement::new(
-        "loader speed-up / that ceiling",
-        "",
-        share,
-    ));
-    results.push(Measurement::new(
-        "arithmetic only, 2 threads / 1 (the cores)",
-        "×",
-        cores,
-    ));
+    let ratios = [
+        ("loader speed-up, workers = 2 / workers = 0", "×", speedup),
+        (
+            "same batches, 2 threads / 1, no hand-off (ceiling)",
+            "×",
+            ceiling,
+        ),
+        ("loader speed-up / that ceiling", "", share),
+        ("arithmetic only, 2 threads / 1 (the cores)", "×", cores),
+    ];
+    results.extend(
+        ratios
+            .into_iter()
+            .map(|(name, unit, values)| Measurement::new(name, unit, values)),
+    );
     Ok(results)
 }
 

@@ -626,7 +626,7 @@ fn seed_experiment_plans_the_seed_protocol() {
 }
 
 /// `bench FILE` measures every figure it names: the chain, the loader at 0, 1 and 2 workers,
-/// the speed-up, and the machine's ceiling beside it, each a finite positive median of the
+/// the speed-up, and the machine's two ceilings beside it, each a finite positive median of the
 /// requested repetitions. (Timing itself is not checked here: this machine's speed drifts.)
 #[test]
 fn bench_reports_the_chain_the_loader_and_the_ceiling() {
