@@ -1,23 +1,54 @@
 //! Records how this binary was built, so a run can warn when its timings are not
-//! representative (an unoptimised build) and the results can name the compiler.
+//! representative (an unoptimised build), and the results can name the compiler and the commit
+//! the binary was built from (not whatever folder it later runs in).
+
+use std::path::Path;
+use std::process::Command;
 
 fn main() {
     let opt = std::env::var("OPT_LEVEL").unwrap_or_else(|_| "?".into());
     let profile = std::env::var("PROFILE").unwrap_or_else(|_| "?".into());
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let version = std::process::Command::new(rustc)
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|| "unknown".into());
+    let version = output(Command::new(rustc).arg("--version")).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=LLBUILD_OPT_LEVEL={opt}");
     println!("cargo:rustc-env=LLBUILD_PROFILE={profile}");
     println!("cargo:rustc-env=LLBUILD_RUSTC={version}");
     println!("cargo:rerun-if-changed=build.rs");
+    stamp_git_commit();
     if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
         link_cudart_statically();
+    }
+}
+
+fn output(cmd: &mut Command) -> Option<String> {
+    cmd.output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+}
+
+/// The commit of the checkout being built and whether its tracked files differ from it. Rerun
+/// when HEAD moves (a commit, a checkout), the index changes or a source file changes.
+fn stamp_git_commit() {
+    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
+    let git = |args: &[&str]| output(Command::new("git").arg("-C").arg(&root).args(args));
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_default();
+    let dirty = !commit.is_empty()
+        && git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    println!("cargo:rustc-env=LLBUILD_GIT_COMMIT={commit}");
+    println!("cargo:rustc-env=LLBUILD_GIT_DIRTY={dirty}");
+    if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) {
+        let git_dir = Path::new(&git_dir);
+        for watched in ["HEAD", "index"] {
+            println!("cargo:rerun-if-changed={}", git_dir.join(watched).display());
+        }
+        if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={}", git_dir.join(branch).display());
+        }
+        for tracked in ["src", "Cargo.toml", "Cargo.lock"] {
+            println!("cargo:rerun-if-changed={root}/{tracked}");
+        }
     }
 }
 
@@ -30,7 +61,7 @@ fn link_cudart_statically() {
     if dir.is_empty() || !std::path::Path::new(&dir).join("libcudart.a").is_file() {
         panic!(
             "a `cuda` build needs CUDART_STATIC_DIR pointing at a folder with libcudart.a: run \
-             `bash scripts/setup-cuda-toolkit.sh && source .cuda/env.sh` first (README, \"CUDA\")"
+             `bash scripts/setup-cuda-toolkit.sh` and `source .cuda/env.sh` first (README, \"CUDA\")"
         );
     }
     println!("cargo:rustc-link-search=native={dir}");

@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use polars::prelude::*;
 use rand::{Rng, SeedableRng};
@@ -16,9 +15,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::hash::splitmix;
 use crate::plan::Plan;
-use crate::runner::RunMeta;
-use crate::runner::records::{PLAN_JSON, RUN_JSON, RUNS_CSV, STEPS_CSV};
-use crate::trace;
+use crate::results::{
+    ComputeDevice, Raw, ResultsError, STEPS_PARQUET, SUMMARY_CSV, bools, f64s, i64s, strs,
+    write_atomic,
+};
+use crate::trace::{self, Span, read_trace};
 
 /// An order effect is flagged only when the gap between first-position and later runs exceeds
 /// both the spread within positions and this share of the condition's median throughput.
@@ -33,6 +34,8 @@ pub enum AnalysisError {
     File { path: PathBuf, message: String },
     #[error("{0}")]
     Data(String),
+    #[error(transparent)]
+    Results(#[from] ResultsError),
 }
 
 impl From<PolarsError> for AnalysisError {
@@ -45,72 +48,6 @@ fn file_err(path: &Path, message: impl ToString) -> AnalysisError {
     AnalysisError::File {
         path: path.to_path_buf(),
         message: message.to_string(),
-    }
-}
-
-/// The raw contents of a results folder.
-pub struct Raw {
-    pub dir: PathBuf,
-    pub plan: Plan,
-    pub meta: RunMeta,
-    pub steps: DataFrame,
-    pub runs: DataFrame,
-}
-
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, AnalysisError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| file_err(path, format!("cannot read: {e}")))?;
-    serde_json::from_str(&text).map_err(|e| file_err(path, format!("not valid: {e}")))
-}
-
-fn read_csv(path: &Path, strings: &[&str]) -> Result<DataFrame, AnalysisError> {
-    if !path.is_file() {
-        return Err(file_err(path, "missing"));
-    }
-    let overwrite = Schema::from_iter(
-        strings
-            .iter()
-            .map(|name| Field::new((*name).into(), DataType::String)),
-    );
-    CsvReadOptions::default()
-        .with_has_header(true)
-        .with_schema_overwrite(Some(Arc::new(overwrite)))
-        .try_into_reader_with_file_path(Some(path.to_path_buf()))
-        .and_then(|r| r.finish())
-        .map_err(|e| file_err(path, format!("cannot parse as CSV: {e}")))
-}
-
-impl Raw {
-    pub fn load(dir: &Path) -> Result<Raw, AnalysisError> {
-        let plan: Plan = read_json(&dir.join(PLAN_JSON))?;
-        let meta: RunMeta = read_json(&dir.join(RUN_JSON))?;
-        let mut steps = read_csv(&dir.join(STEPS_CSV), &["condition", "fingerprint"])?;
-        if steps.column("device_ms").is_err() {
-            // Folders from before device timing: no device figures, everything else stands.
-            let nan = vec![f64::NAN; steps.height()];
-            steps.with_column(Column::new("device_ms".into(), nan))?;
-        }
-        let runs = read_csv(&dir.join(RUNS_CSV), &["condition", "device"])?;
-        for (df, path, needed) in [
-            (&steps, STEPS_CSV, &crate::runner::records::STEP_COLUMNS[..]),
-            (&runs, RUNS_CSV, &crate::runner::records::RUN_COLUMNS[..]),
-        ] {
-            for column in needed {
-                if df.column(column).is_err() {
-                    return Err(file_err(
-                        &dir.join(path),
-                        format!("column {column} is missing"),
-                    ));
-                }
-            }
-        }
-        Ok(Raw {
-            dir: dir.to_path_buf(),
-            plan,
-            meta,
-            steps,
-            runs,
-        })
     }
 }
 
@@ -228,28 +165,6 @@ pub struct Analysis {
     pub determinism: Determinism,
     pub profiles: Vec<ProfileSummary>,
     pub warnings: Vec<String>,
-}
-
-fn f64s(df: &DataFrame, name: &str) -> Result<Vec<f64>, AnalysisError> {
-    let c = df.column(name)?.cast(&DataType::Float64)?;
-    Ok(c.f64()?.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
-}
-
-fn i64s(df: &DataFrame, name: &str) -> Result<Vec<i64>, AnalysisError> {
-    let c = df.column(name)?.cast(&DataType::Int64)?;
-    Ok(c.i64()?.iter().map(|v| v.unwrap_or(0)).collect())
-}
-
-fn strs(df: &DataFrame, name: &str) -> Result<Vec<String>, AnalysisError> {
-    let c = df.column(name)?.cast(&DataType::String)?;
-    Ok(c.str()?
-        .iter()
-        .map(|v| v.unwrap_or("").to_string())
-        .collect())
-}
-
-fn bools(df: &DataFrame, name: &str) -> Result<Vec<bool>, AnalysisError> {
-    Ok(strs(df, name)?.iter().map(|s| s == "true").collect())
 }
 
 /// Linear-interpolation quantile of unsorted data (numpy/pandas default).
@@ -525,10 +440,8 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
 fn device_clock(raw: &Raw, condition: &str) -> String {
     let on_cuda = raw
         .meta
-        .conditions
-        .iter()
-        .find(|c| c.name == condition)
-        .is_some_and(|c| c.device.starts_with("cuda"));
+        .condition(condition)
+        .is_some_and(|c| c.compute_device == ComputeDevice::Cuda);
     if on_cuda {
         "CUDA events".into()
     } else {
@@ -643,54 +556,6 @@ fn profile_summaries(raw: &Raw) -> Vec<ProfileSummary> {
             })
         })
         .collect()
-}
-
-/// A complete span of a trace: (thread id, name, start µs, end µs).
-pub type Span = (u64, String, f64, f64);
-
-/// Parse a Chrome trace into complete spans and the thread names; an error names what is
-/// wrong (not JSON, unbalanced begin/end).
-pub fn read_trace(path: &Path) -> Result<(Vec<Span>, HashMap<u64, String>), AnalysisError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| file_err(path, format!("cannot read: {e}")))?;
-    let events: Vec<serde_json::Value> = serde_json::from_str(&text)
-        .map_err(|e| file_err(path, format!("not valid trace JSON: {e}")))?;
-    let mut names = HashMap::new();
-    let mut open: HashMap<u64, Vec<(String, f64)>> = HashMap::new();
-    let mut spans = Vec::new();
-    for e in &events {
-        let tid = e["tid"].as_u64().unwrap_or(0);
-        let name = e["name"].as_str().unwrap_or("").to_string();
-        match e["ph"].as_str() {
-            Some("M") if name == "thread_name" => {
-                names.insert(tid, e["args"]["name"].as_str().unwrap_or("").to_string());
-            }
-            Some("B") => open
-                .entry(tid)
-                .or_default()
-                .push((name, e["ts"].as_f64().unwrap_or(0.0))),
-            Some("E") => {
-                let Some((begin_name, ts)) = open.entry(tid).or_default().pop() else {
-                    return Err(file_err(
-                        path,
-                        format!("end of {name} without a begin on thread {tid}"),
-                    ));
-                };
-                spans.push((tid, begin_name, ts, e["ts"].as_f64().unwrap_or(ts)));
-            }
-            _ => {}
-        }
-    }
-    if let Some((tid, stack)) = open.iter().find(|(_, s)| !s.is_empty()) {
-        return Err(file_err(
-            path,
-            format!(
-                "{} span(s) never ended on thread {tid} (truncated trace?)",
-                stack.len()
-            ),
-        ));
-    }
-    Ok((spans, names))
 }
 
 fn summarise_trace(path: &Path) -> Result<(f64, Vec<SpanRow>), AnalysisError> {
@@ -809,13 +674,13 @@ pub fn write_tables(raw: &Raw, a: &Analysis) -> Result<(), AnalysisError> {
     let mut summary = summary_frame(a)?;
     let mut buf = Vec::new();
     CsvWriter::new(&mut buf).finish(&mut summary)?;
-    let path = raw.dir.join("summary.csv");
-    crate::runner::records::write_atomic(&path, &buf).map_err(|e| file_err(&path, e))?;
+    let path = raw.dir.join(SUMMARY_CSV);
+    write_atomic(&path, &buf).map_err(|e| file_err(&path, e))?;
     let mut steps = raw.steps.clone();
     let mut pq = Vec::new();
     ParquetWriter::new(&mut pq).finish(&mut steps)?;
-    let path = raw.dir.join("steps.parquet");
-    crate::runner::records::write_atomic(&path, &pq).map_err(|e| file_err(&path, e))?;
+    let path = raw.dir.join(STEPS_PARQUET);
+    write_atomic(&path, &pq).map_err(|e| file_err(&path, e))?;
     Ok(())
 }
 

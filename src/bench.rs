@@ -12,10 +12,11 @@ use serde::Serialize;
 
 use crate::analysis::median;
 use crate::config::{OptimizerSection, Settings};
-use crate::data::{self, IMAGE_PIXELS, IMAGE_SIDE};
+use crate::data::{IMAGE_PIXELS, IMAGE_SIDE};
 use crate::loader::{Loader, LoaderConfig};
-use crate::train::{InitialWeights, Layers, Trainer};
-use crate::transforms::{Pipeline, Scratch};
+use crate::runner::DataSetup;
+use crate::train::{ComputePool, InitialWeights, Layers, Trainer};
+use crate::transforms::Scratch;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Measurement {
@@ -54,22 +55,11 @@ impl Measurement {
     }
 }
 
-/// Make sure rayon's global pool (used by candle's CPU kernels) has `threads` threads; later
-/// runs choose how many of them to use through RAYON_NUM_THREADS.
-pub fn init_compute_pool(threads: usize) {
-    let _ = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.max(1))
-        .build_global();
-}
-
 /// Transform chain on one thread, and the loader without training at 0, 1 and 2 workers.
 pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<Vec<Measurement>> {
-    let dataset = data::open(settings, quiet)?;
-    let pipeline = Arc::new(Pipeline::new(
-        &settings.transforms,
-        settings.experiment.seed,
-        IMAGE_SIDE,
-    ));
+    let DataSetup {
+        dataset, pipeline, ..
+    } = DataSetup::open(settings, quiet)?;
     let side = pipeline.out_side();
     // Images preloaded, so only the transforms are timed.
     let n = dataset.len().min(8192);
@@ -242,7 +232,6 @@ pub fn step(
     repeats: usize,
     layers: Layers,
 ) -> anyhow::Result<Vec<Measurement>> {
-    init_compute_pool(threads.iter().copied().max().unwrap_or(1));
     crate::train::keep_freed_memory();
     let pixels: Vec<f32> = (0..batch * IMAGE_PIXELS)
         .map(|i| (0.5 + 0.5 * (0.13 * i as f64 + 1.0).sin()) as f32)
@@ -258,20 +247,23 @@ pub fn step(
     )?;
     let mut results = Vec::new();
     for &t in threads {
-        // SAFETY: single-threaded here apart from rayon's idle pool, which does not read it.
-        unsafe { std::env::set_var("RAYON_NUM_THREADS", t.to_string()) };
+        let pool = ComputePool::new(t)?;
         let mut medians = Vec::new();
         for _ in 0..repeats {
             trainer.reset()?;
-            for _ in 0..3 {
-                trainer.step(&x, &y)?;
-            }
-            let mut times = Vec::with_capacity(steps);
-            for _ in 0..steps {
-                let t0 = Instant::now();
-                trainer.step(&x, &y)?.to_scalar::<f32>()?;
-                times.push(t0.elapsed().as_secs_f64() * 1e3);
-            }
+            // The whole repetition runs on the pool: its threads are the step's threads.
+            let times = pool.install(|| -> candle_core::Result<Vec<f64>> {
+                for _ in 0..3 {
+                    trainer.step(&x, &y)?;
+                }
+                let mut times = Vec::with_capacity(steps);
+                for _ in 0..steps {
+                    let t0 = Instant::now();
+                    trainer.step(&x, &y)?.to_scalar::<f32>()?;
+                    times.push(t0.elapsed().as_secs_f64() * 1e3);
+                }
+                Ok(times)
+            })?;
             medians.push(median(&times));
         }
         let which = match layers {

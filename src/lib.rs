@@ -1,22 +1,65 @@
 //! loaderlab: declarative experiments that answer "is my GPU waiting for data?".
 //!
 //! Data flows one way: [`config`] (file → validated settings per condition) → [`plan`] (runs in
-//! order) → runner → analysis → report.
+//! order) → [`runner`] (writes a results folder through [`results`]) → [`analysis`] (reads it) →
+//! [`report`]; [`cli`] sits on top and `main` only parses and exits.
 
-pub mod analysis;
-pub mod bench;
-pub mod config;
-pub mod data;
-pub mod environment;
+// In the data's order: a module imports only from modules listed above it (each stands apart
+// so that rustfmt keeps this order).
+
+// Helpers with no dependencies: seeds and fingerprints.
 pub mod hash;
-pub mod loader;
-pub mod merge;
+
+// Quoting for printed commands and generated scripts.
+pub mod shell;
+
+// The experiment file: schema, layering, matrix expansion, checks.
+pub mod config;
+
+// The runs in order.
 pub mod plan;
-pub mod preview;
-pub mod report;
-pub mod runner;
-pub mod slurm;
-pub mod trace;
-pub mod train;
+
+// Datasets behind one trait.
+pub mod data;
+
+// The CPU transforms.
 pub mod transforms;
+
+// Batches from worker threads.
+pub mod loader;
+
+// The model, optimizer, device and step.
+pub mod train;
+
+// The results folder: the contract between writers and readers.
+pub mod results;
+
+// Chrome traces: recording and reading.
+pub mod trace;
+
+// Executes a plan into a results folder.
+pub mod runner;
+
+// Raw rows → figures and judgements.
+pub mod analysis;
+
+// Figures → report.md, charts and result.json.
+pub mod report;
+
+// Every figure recomputed and checked.
 pub mod verify;
+
+// Task folders → one results folder.
+pub mod merge;
+
+// The plan as a Slurm job array.
+pub mod slurm;
+
+// Speed claims, measured.
+pub mod bench;
+
+// What the transforms do, as files.
+pub mod preview;
+
+// The command line.
+pub mod cli;

@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::runner::records::{
-    CONFIG_TOML, PLAN_JSON, RUN_JSON, RUNS_CSV, STEPS_CSV, TRACES_DIR, write_atomic,
+use crate::results::{
+    CONFIG_TOML, PLAN_JSON, Partial, RUN_COLUMNS, RUN_JSON, RUNS_CSV, ResultsError, RunMeta,
+    STEP_COLUMNS, STEPS_CSV, TaskInfo,
 };
-use crate::runner::{RunMeta, TaskInfo, partial_dir, promote};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
@@ -24,11 +24,8 @@ pub enum MergeError {
     },
     #[error("the tasks do not cover the plan exactly once:{missing}{duplicated}")]
     Coverage { missing: String, duplicated: String },
-    #[error("cannot write {}: {source}", path.display())]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Results(#[from] ResultsError),
     #[error("no task folders given")]
     Empty,
 }
@@ -186,17 +183,9 @@ pub fn merge(dirs: &[PathBuf], out: &Path, command: &str) -> Result<usize, Merge
         });
     }
 
-    let partial = partial_dir(out);
-    let werr = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| MergeError::Write { path, source }
-    };
-    if partial.exists() {
-        std::fs::remove_dir_all(&partial).map_err(werr(&partial))?;
-    }
-    std::fs::create_dir_all(partial.join(TRACES_DIR)).map_err(werr(&partial))?;
-    let mut runs_csv = format!("{}\n", crate::runner::records::RUN_COLUMNS.join(","));
-    let mut steps_csv = format!("{}\n", crate::runner::records::STEP_COLUMNS.join(","));
+    let partial = Partial::create(out)?;
+    let mut runs_csv = format!("{}\n", RUN_COLUMNS.join(","));
+    let mut steps_csv = format!("{}\n", STEP_COLUMNS.join(","));
     for run in &planned {
         let t = tasks
             .iter()
@@ -252,29 +241,15 @@ pub fn merge(dirs: &[PathBuf], out: &Path, command: &str) -> Result<usize, Merge
     meta.tasks = Some(infos);
     meta.command = command.to_string();
     meta.interrupted = false;
-    let files: [(&str, Vec<u8>); 5] = [
-        (
-            PLAN_JSON,
-            serde_json::to_vec_pretty(&first.plan).unwrap_or_default(),
-        ),
-        (CONFIG_TOML, first.config.clone().into_bytes()),
-        (RUNS_CSV, runs_csv.into_bytes()),
-        (STEPS_CSV, steps_csv.into_bytes()),
-        (
-            RUN_JSON,
-            serde_json::to_vec_pretty(&meta).unwrap_or_default(),
-        ),
-    ];
-    for (name, bytes) in files {
-        write_atomic(&partial.join(name), &bytes).map_err(werr(&partial.join(name)))?;
-    }
-    crate::report::build(&partial).map_err(|e| MergeError::Task {
-        dir: partial.clone(),
+    partial.write_json(PLAN_JSON, &first.plan)?;
+    partial.write(CONFIG_TOML, first.config.as_bytes())?;
+    partial.write(RUNS_CSV, runs_csv.as_bytes())?;
+    partial.write(STEPS_CSV, steps_csv.as_bytes())?;
+    partial.write_json(RUN_JSON, &meta)?;
+    crate::report::build(partial.dir()).map_err(|e| MergeError::Task {
+        dir: partial.dir().to_path_buf(),
         message: format!("report: {e}"),
     })?;
-    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(werr(parent))?;
-    }
-    promote(&partial, out).map_err(werr(out))?;
+    partial.promote()?;
     Ok(planned.len())
 }

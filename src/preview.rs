@@ -12,9 +12,10 @@ use plotters::prelude::*;
 use serde::Serialize;
 
 use crate::config::Settings;
-use crate::data::{self, IMAGE_PIXELS, IMAGE_SIDE};
+use crate::data::{IMAGE_PIXELS, IMAGE_SIDE};
 use crate::loader::epoch_order;
-use crate::transforms::{Pipeline, SampleParams, Scratch};
+use crate::runner::DataSetup;
+use crate::transforms::{SampleParams, Scratch};
 
 #[derive(Serialize)]
 pub struct Sample {
@@ -37,8 +38,9 @@ pub fn preview(
 ) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(out)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
-    let dataset = data::open(settings, quiet)?;
-    let pipeline = Pipeline::new(&settings.transforms, settings.experiment.seed, IMAGE_SIDE);
+    let DataSetup {
+        dataset, pipeline, ..
+    } = DataSetup::open(settings, quiet)?;
     let side = pipeline.out_side();
     // The loader's epoch-0 order.
     let mut order = Vec::new();

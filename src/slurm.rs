@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::Experiment;
 use crate::plan::Plan;
+use crate::shell::quote;
 
 /// How runs are grouped into array tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,8 +60,24 @@ pub fn tasks(plan: &Plan, grouping: Grouping, profile: bool) -> Vec<(Vec<usize>,
     }
 }
 
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
+/// A value for an `#SBATCH` line. sbatch reads those lines itself (no shell): it groups a
+/// double-quoted argument and takes `\"` and `\\` inside it literally.
+fn sbatch_value(s: &str) -> String {
+    if s.chars().any(|c| c.is_whitespace() || "\"\\'#".contains(c)) {
+        format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// The command that merges the job's task folders, to paste after the job: the folders are
+/// shell-quoted, the `task-*` glob is left for the shell.
+pub fn merge_hint(shared: &Path, out: &Path) -> String {
+    format!(
+        "loaderlab merge {}/runs/task-* --out {}",
+        quote(&shared.display().to_string()),
+        quote(&out.display().to_string())
+    )
 }
 
 /// Write the resolved experiment and the sbatch script into `<shared>/slurm/`; returns the
@@ -77,25 +94,29 @@ pub fn prepare(
     std::fs::create_dir_all(opts.shared.join("runs"))?;
     let shared = std::path::absolute(&opts.shared)?;
     let experiment = shared.join("slurm").join("experiment.toml");
-    crate::runner::records::write_atomic(&experiment, resolved_toml.as_bytes())?;
+    crate::results::write_atomic(&experiment, resolved_toml.as_bytes())?;
     let binary = std::env::current_exe()?;
     let groups = tasks(plan, opts.grouping, exp.base.protocol.profile);
     let mut s = String::new();
     let _ = writeln!(s, "#!/bin/bash");
     let _ = writeln!(
         s,
-        "#SBATCH --job-name=loaderlab-{}",
-        exp.base.experiment.name
+        "#SBATCH --job-name={}",
+        sbatch_value(&format!("loaderlab-{}", exp.base.experiment.name))
     );
     let _ = writeln!(s, "#SBATCH --array=0-{}", groups.len().saturating_sub(1));
-    let _ = writeln!(s, "#SBATCH --output={}/logs/%A_%a.out", shared.display());
+    let _ = writeln!(
+        s,
+        "#SBATCH --output={}",
+        sbatch_value(&format!("{}/logs/%A_%a.out", shared.display()))
+    );
     for (flag, value) in [
         ("partition", &opts.partition),
         ("gres", &opts.gres),
         ("time", &opts.time),
     ] {
         if let Some(v) = value {
-            let _ = writeln!(s, "#SBATCH --{flag}={v}");
+            let _ = writeln!(s, "#SBATCH --{flag}={}", sbatch_value(v));
         }
     }
     if let Some(c) = opts.cpus_per_task {
@@ -146,7 +167,7 @@ pub fn prepare(
         quote(&shared.display().to_string())
     );
     let script = slurm_dir.join("job.sbatch");
-    crate::runner::records::write_atomic(&script, s.as_bytes())?;
+    crate::results::write_atomic(&script, s.as_bytes())?;
     Ok(script)
 }
 

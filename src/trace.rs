@@ -1,9 +1,10 @@
-//! Chrome traces: the span names shared by the runner, the loader and the analysis, and the
-//! recorder that writes one trace file per profiled run.
+//! Chrome traces: the span names shared by the runner, the loader and the analysis, the
+//! recorder that writes one trace file per profiled run, and the reader analysis and verify use.
 //!
 //! Invariant: spans are recorded only between `Recording::start` and `stop`, so timed runs pay
 //! nothing, and a trace file is complete JSON once `finish` returns (or the recording drops).
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -14,6 +15,8 @@ use std::time::Duration;
 use tracing_chrome::{ChromeLayerBuilder, FlushGuard};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{Layer, filter};
+
+use crate::results::{ResultsError, write_atomic};
 
 /// Training-thread span: time inside the loader's next.
 pub const BATCH_WAIT: &str = "batch_wait";
@@ -210,10 +213,65 @@ pub fn add_gpu_track(path: &Path, marks: &[crate::train::StepMarks]) -> Result<(
         }
     }
     let bytes = serde_json::to_vec(&events).map_err(|e| read_err(e.to_string()))?;
-    crate::runner::records::write_atomic(path, &bytes).map_err(|source| GpuTrackError::Write {
+    write_atomic(path, &bytes).map_err(|source| GpuTrackError::Write {
         path: shown.clone(),
         source,
     })
+}
+
+fn unreadable(path: &Path, message: String) -> ResultsError {
+    ResultsError::Read {
+        path: path.to_path_buf(),
+        message,
+    }
+}
+
+/// A complete span of a trace: (thread id, name, start µs, end µs).
+pub type Span = (u64, String, f64, f64);
+
+/// Parse a Chrome trace into complete spans and the thread names; an error names what is
+/// wrong (not JSON, unbalanced begin/end).
+pub fn read_trace(path: &Path) -> Result<(Vec<Span>, HashMap<u64, String>), ResultsError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| unreadable(path, format!("cannot read: {e}")))?;
+    let events: Vec<serde_json::Value> = serde_json::from_str(&text)
+        .map_err(|e| unreadable(path, format!("not valid trace JSON: {e}")))?;
+    let mut names = HashMap::new();
+    let mut open: HashMap<u64, Vec<(String, f64)>> = HashMap::new();
+    let mut spans = Vec::new();
+    for e in &events {
+        let tid = e["tid"].as_u64().unwrap_or(0);
+        let name = e["name"].as_str().unwrap_or("").to_string();
+        match e["ph"].as_str() {
+            Some("M") if name == "thread_name" => {
+                names.insert(tid, e["args"]["name"].as_str().unwrap_or("").to_string());
+            }
+            Some("B") => open
+                .entry(tid)
+                .or_default()
+                .push((name, e["ts"].as_f64().unwrap_or(0.0))),
+            Some("E") => {
+                let Some((begin_name, ts)) = open.entry(tid).or_default().pop() else {
+                    return Err(unreadable(
+                        path,
+                        format!("end of {name} without a begin on thread {tid}"),
+                    ));
+                };
+                spans.push((tid, begin_name, ts, e["ts"].as_f64().unwrap_or(ts)));
+            }
+            _ => {}
+        }
+    }
+    if let Some((tid, stack)) = open.iter().find(|(_, s)| !s.is_empty()) {
+        return Err(unreadable(
+            path,
+            format!(
+                "{} span(s) never ended on thread {tid} (truncated trace?)",
+                stack.len()
+            ),
+        ));
+    }
+    Ok((spans, names))
 }
 
 #[cfg(test)]
@@ -240,7 +298,7 @@ mod tests {
             end_ms: 2.0,
         }];
         add_gpu_track(&path, &marks).unwrap();
-        let (spans, names) = crate::analysis::read_trace(&path).unwrap();
+        let (spans, names) = read_trace(&path).unwrap();
         assert_eq!(names[&GPU_TID], GPU_TRACK);
         let gpu: Vec<_> = spans.iter().filter(|s| s.0 == GPU_TID).collect();
         assert_eq!(gpu.len(), 2);

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::analysis::{self, Analysis, Raw, read_trace};
-use crate::report::RESULT_JSON;
-use crate::trace::STEP_SPANS;
+use crate::analysis::{self, Analysis};
+use crate::results::{RESULT_JSON, Raw, SUMMARY_CSV};
+use crate::trace::{STEP_SPANS, read_trace};
 
 /// One check and its outcome.
 #[derive(Debug, Clone)]
@@ -332,10 +332,10 @@ fn compare_json(
 
 fn compare_summary(dir: &Path, a: &Analysis) -> Check {
     let name = "summary.csv figures match the raw rows";
-    let path = dir.join("summary.csv");
+    let path = dir.join(SUMMARY_CSV);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
-        Err(e) => return check(name, false, format!("summary.csv: {e}")),
+        Err(e) => return check(name, false, format!("{SUMMARY_CSV}: {e}")),
     };
     let fresh = match analysis::summary_frame(a) {
         Ok(df) => df,

@@ -2,12 +2,12 @@
 
 use std::path::Path;
 
-use loaderlab::analysis::{Raw, analyse};
+use loaderlab::analysis::analyse;
 use loaderlab::config::{Overrides, load_str};
-use loaderlab::environment::Environment;
 use loaderlab::plan;
-use loaderlab::runner::records::{RUN_COLUMNS, STEP_COLUMNS};
-use loaderlab::runner::{ConditionMeta, RunMeta};
+use loaderlab::results::{
+    ComputeDevice, ConditionMeta, Environment, RUN_COLUMNS, Raw, RunMeta, STEP_COLUMNS,
+};
 
 /// Two conditions, three alternating rounds (positions: A 0,1,0; B 1,0,1).
 const EXPERIMENT: &str = r#"
@@ -53,6 +53,7 @@ fn folder(dir: &Path, img_per_s: [f64; 6], steps: impl Fn(usize) -> [(f64, f64);
             .map(|c| ConditionMeta {
                 name: c.name.clone(),
                 device: "cpu (2 threads)".into(),
+                compute_device: ComputeDevice::Cpu,
                 cpu_threads: 2,
                 workers: c.config.loader.workers,
                 dataset: "synthetic".into(),

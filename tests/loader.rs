@@ -119,3 +119,37 @@ fn independent_builders_report_a_panic_instead_of_hanging() {
         );
     }
 }
+
+#[test]
+fn a_panic_with_no_workers_is_the_same_clear_error_naming_the_batch() {
+    // workers = 0: the training thread builds batch 5 itself; the panic must not kill the
+    // process but come back as an error, as it does from a worker.
+    let dataset = Arc::new(Faulty {
+        inner: Synthetic::new(64, 10, 3),
+        bad: 45,
+    });
+    let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, 28));
+    let mut loader = Loader::new(dataset, pipeline, config(0)).unwrap();
+    let mut outcome = None;
+    for _ in 0..8 {
+        if let Err(e) = loader.next_batch() {
+            outcome = Some(e);
+            break;
+        }
+    }
+    let err = outcome.expect("the bad batch must surface as an error");
+    match &err {
+        LoaderError::BuildPanicked { batch, message } => {
+            assert_eq!(*batch, 5);
+            assert!(message.contains("image 45 is unreadable"), "{message}");
+        }
+        other => panic!("unexpected {other}"),
+    }
+    assert!(
+        err.to_string()
+            .contains("panicked while building batch 5 (workers = 0)"),
+        "{err}"
+    );
+    // The loader goes on with the next batch after the failed one.
+    assert!(loader.next_batch().is_ok());
+}

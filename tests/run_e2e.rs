@@ -48,7 +48,9 @@ fn run_quick(dir: &Path) -> PathBuf {
     let file = dir.join("quick.toml");
     std::fs::write(&file, QUICK).unwrap();
     let out = dir.join("results");
+    // From a folder outside the repository, as a user runs an installed binary.
     let output = loaderlab()
+        .current_dir(dir)
         .arg(&file)
         .arg("--out")
         .arg(&out)
@@ -93,6 +95,27 @@ fn a_run_writes_every_file_and_verifies() {
         assert!(out.join(f).is_file(), "{f} missing");
     }
     assert!(!dir.path().join("results.partial").exists());
+
+    // result.json names the commit the binary was built from, though it ran outside any
+    // checkout (the tests are built from this one).
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let head = StdCommand::new("git")
+        .args([
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "rev-parse",
+            "--short=12",
+            "HEAD",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if let Some(head) = head {
+        assert_eq!(result["environment"]["git_commit"], head.as_str());
+        assert!(result["environment"]["git_dirty"].is_boolean());
+    }
 
     let steps = csv_rows(&out.join("steps.csv"));
     assert_eq!(steps.len(), 4 * 12);

@@ -287,11 +287,16 @@ fn a_real_slurm_job_array_runs_and_merges() {
     );
     let conf = conf_dir.join("slurm.conf");
 
-    let shared = dir.path().join("shared");
+    // Folder names a shell would split or expand: the generated script, its #SBATCH lines and
+    // the printed merge command must all survive them.
+    let shared = dir.path().join("shared folder $(touch pwned)");
+    let merged = dir.path().join("merged results");
     let output = loaderlab()
         .env("SLURM_CONF", &conf)
         .args(["slurm", "experiments/smoke.toml", "--out"])
         .arg(&shared)
+        .arg("--set")
+        .arg(format!("experiment.output='{}'", merged.display()))
         .output()
         .unwrap();
     assert!(
@@ -335,14 +340,34 @@ fn a_real_slurm_job_array_runs_and_merges() {
             );
         }
     }
-    let merged = dir.path().join("merged");
-    loaderlab()
-        .arg("merge")
-        .args(&tasks)
-        .arg("--out")
-        .arg(&merged)
-        .assert()
-        .success();
+    assert!(
+        walk(&shared.join("logs")).len() == 4,
+        "each task's log lands in <shared>/logs"
+    );
+    // The merge command the submission printed, pasted into a shell as a user would.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let hint = stderr
+        .split("when it has finished: ")
+        .nth(1)
+        .and_then(|h| h.lines().next())
+        .unwrap_or_else(|| panic!("no merge hint in {stderr}"));
+    let binary = assert_cmd::cargo::cargo_bin("loaderlab");
+    let pasted = hint.replacen("loaderlab", &format!("'{}'", binary.display()), 1);
+    let merge = StdCommand::new("sh")
+        .arg("-c")
+        .arg(&pasted)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        merge.status.success(),
+        "{pasted}: {}",
+        String::from_utf8_lossy(&merge.stderr)
+    );
+    assert!(
+        !dir.path().join("pwned").exists(),
+        "nothing in a folder name ran"
+    );
     let verify = loaderlab().arg("verify").arg(&merged).output().unwrap();
     assert!(
         verify.status.success(),

@@ -5,10 +5,12 @@
 
 mod load;
 mod problem;
+mod resolved;
 mod schema;
 mod validate;
 
 pub use load::{Condition, ConfigError, ENV_PREFIX, Experiment, Overrides, load, load_str};
 pub use problem::{KeyPath, Location, Problem, Seg};
+pub use resolved::resolved_toml;
 pub use schema::*;
 pub use validate::{MODEL_INPUT_SIDE, dataset_len, fashion_mnist_len};

@@ -160,6 +160,9 @@ pub enum LoaderError {
         batch: u64,
         message: String,
     },
+    /// With `workers = 0` the training thread builds each batch itself.
+    #[error("the training thread panicked while building batch {batch} (workers = 0): {message}")]
+    BuildPanicked { batch: u64, message: String },
     #[error("loader worker {worker} stopped without delivering batch {batch}")]
     WorkerGone { worker: usize, batch: u64 },
     #[error("cannot start loader worker {worker}: {message}")]
@@ -288,12 +291,13 @@ impl Builder {
         batch.fingerprint = fp.finish();
     }
 
-    /// [`Builder::build`] as worker `worker` does it: inside a `build_batch` trace span, with a
-    /// panic (a bad dataset, a failed allocation) turned into an error naming worker and batch.
+    /// [`Builder::build`] as worker `worker` does it (`None`: the training thread, with
+    /// `workers = 0`): inside a `build_batch` trace span, with a panic (a bad dataset, a failed
+    /// allocation) turned into an error naming who built which batch.
     fn build_caught(
         &mut self,
         source: &Source,
-        worker: usize,
+        worker: Option<usize>,
         k: u64,
         batch: &mut Batch,
     ) -> Result<(), LoaderError> {
@@ -301,10 +305,16 @@ impl Builder {
             let _span = tracing::info_span!(trace::BUILD_BATCH, batch = k).entered();
             self.build(source, k, batch);
         }))
-        .map_err(|panic| LoaderError::WorkerPanicked {
-            worker,
-            batch: k,
-            message: panic_message(&panic),
+        .map_err(|panic| {
+            let message = panic_message(&panic);
+            match worker {
+                Some(worker) => LoaderError::WorkerPanicked {
+                    worker,
+                    batch: k,
+                    message,
+                },
+                None => LoaderError::BuildPanicked { batch: k, message },
+            }
         })
     }
 }
@@ -434,7 +444,7 @@ fn worker_main(
         }
         let Ok(mut batch) = free.recv() else { return };
         let message = builder
-            .build_caught(source, w, k, &mut batch)
+            .build_caught(source, Some(w), k, &mut batch)
             .map(|()| batch);
         let failed = message.is_err();
         if done.send(message).is_err() || failed {
@@ -492,14 +502,14 @@ pub fn independent_rate(
                     // Every buffer of the ring is built into once before the clock starts, as
                     // the loader's warm-up does; a failure still reaches the barrier (no hang).
                     let warm = ring.iter_mut().enumerate().try_for_each(|(i, batch)| {
-                        builder.build_caught(source, t, (t + i * threads) as u64, batch)
+                        builder.build_caught(source, Some(t), (t + i * threads) as u64, batch)
                     });
                     start.wait();
                     warm?;
                     let mut images = 0;
                     for (i, k) in (t as u64..batches).step_by(threads).enumerate() {
                         let batch = &mut ring[i % buffers];
-                        builder.build_caught(source, t, k, batch)?;
+                        builder.build_caught(source, Some(t), k, batch)?;
                         images += batch.len;
                     }
                     Ok::<usize, LoaderError>(images)
@@ -609,9 +619,9 @@ impl Loader {
                 batch,
                 next,
             } => {
-                let _span = tracing::info_span!(trace::BUILD_BATCH, batch = *next).entered();
-                builder.build(&self.source, *next, batch);
+                let k = *next;
                 *next += 1;
+                builder.build_caught(&self.source, None, k, batch)?;
                 Ok(batch)
             }
             Mode::Parallel(pool) => {

@@ -9,8 +9,9 @@ use plotters::coord::Shift;
 use plotters::coord::ranged1d::Ranged;
 use plotters::prelude::*;
 
-use crate::analysis::{Analysis, Raw, median};
+use crate::analysis::{Analysis, median};
 use crate::config::ImageFormat;
+use crate::results::Raw;
 
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 static REGISTER: Once = Once::new();

@@ -9,21 +9,19 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::analysis::{self, Analysis, AnalysisError, Raw};
-use crate::runner::records::{CONFIG_TOML, write_atomic};
-
-pub const REPORT_MD: &str = "report.md";
-pub const RESULT_JSON: &str = "result.json";
-pub const CHARTS_DIR: &str = "charts";
+use crate::analysis::{self, Analysis, AnalysisError};
+use crate::results::{
+    CHARTS_DIR, CONFIG_TOML, Environment, REPORT_MD, RESULT_JSON, Raw, RunMeta, write_atomic,
+};
 
 /// Everything `result.json` holds.
 #[derive(Serialize)]
 struct ResultFile<'a> {
     loaderlab_version: &'static str,
-    environment: &'a crate::environment::Environment,
+    environment: &'a Environment,
     config: serde_json::Value,
     plan: &'a crate::plan::Plan,
-    run: &'a crate::runner::RunMeta,
+    run: &'a RunMeta,
     analysis: &'a Analysis,
 }
 

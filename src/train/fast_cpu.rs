@@ -6,8 +6,8 @@
 //! itself uses), convolution, ReLU and 2×2 max pooling are one op, and the im2col buffer of the
 //! forward pass is kept for the backward pass. Weights keep PyTorch's layouts (OIHW, and Linear's (out, in)
 //! over a C×H×W flatten), so the same parameters give the same numbers as the candle path; the
-//! gradient fixture checks it. Work is split over `candle_core::utils::get_num_threads()`
-//! threads (RAYON_NUM_THREADS), like candle's own kernels.
+//! gradient fixture checks it. Work is split over the threads of the current rayon pool (the
+//! condition's compute pool in a run).
 
 use std::sync::Mutex;
 
@@ -38,8 +38,9 @@ fn give(v: Vec<f32>) {
     }
 }
 
+/// The threads of the current rayon pool: the condition's [`super::ComputePool`] in a run.
 fn threads() -> usize {
-    candle_core::utils::get_num_threads().max(1)
+    rayon::current_num_threads().max(1)
 }
 
 /// Run `f(first_item, chunk)` over `out` split into contiguous groups of whole items, one group

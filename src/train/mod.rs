@@ -9,10 +9,12 @@ mod cuda;
 mod device;
 mod fast_cpu;
 mod model;
+mod pool;
 
 pub use clock::{DeviceClock, StepMarks, idle_fraction};
 pub use device::{Chosen, DeviceError, cores, select, synchronize};
 pub use model::{InitialWeights, Layers, PARAMS, SmallCnn};
+pub use pool::ComputePool;
 
 use std::sync::Arc;
 

@@ -1,4 +1,5 @@
-//! The machine a run happened on, captured at run time (a report may be rebuilt elsewhere).
+//! The machine a run happened on, captured at run time (a report may be rebuilt elsewhere), and
+//! the build that ran, stamped at build time.
 
 use serde::{Deserialize, Serialize};
 
@@ -11,7 +12,11 @@ pub struct Environment {
     pub hostname: String,
     pub loaderlab_version: String,
     pub rustc: String,
+    /// The commit this binary was built from (stamped at build time, not read where it runs).
     pub git_commit: Option<String>,
+    /// The build's working tree had changes against that commit (None: not built from git).
+    #[serde(default)]
+    pub git_dirty: Option<bool>,
     /// Devices used, e.g. ["cpu"] or ["cuda:0"].
     pub devices: Vec<String>,
 }
@@ -35,18 +40,11 @@ impl Environment {
         let mem_kib: f64 = field(&meminfo, "MemTotal", ':')
             .and_then(|v| v.trim_end_matches("kB").trim().parse().ok())
             .unwrap_or(0.0);
-        let git_commit = std::process::Command::new("git")
-            .args(["rev-parse", "--short=12", "HEAD"])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .map(|s| s.trim().to_string());
         Environment {
             cpu_model: field(&cpuinfo, "model name", ':')
                 .unwrap_or(std::env::consts::ARCH)
                 .to_string(),
-            cores: crate::train::cores(),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             memory_gib: (mem_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
             os: field(&os_release, "PRETTY_NAME", '=')
                 .map(str::to_string)
@@ -54,8 +52,14 @@ impl Environment {
             hostname: read("/proc/sys/kernel/hostname").trim().to_string(),
             loaderlab_version: env!("CARGO_PKG_VERSION").to_string(),
             rustc: env!("LLBUILD_RUSTC").to_string(),
-            git_commit,
+            git_commit: build_commit().map(str::to_string),
+            git_dirty: build_commit().map(|_| env!("LLBUILD_GIT_DIRTY") == "true"),
             devices,
         }
     }
+}
+
+/// The commit the binary was built from, as `build.rs` found it (None outside a git checkout).
+pub fn build_commit() -> Option<&'static str> {
+    Some(env!("LLBUILD_GIT_COMMIT")).filter(|c| !c.is_empty())
 }

@@ -1,16 +1,9 @@
-//! The raw measurement files: their names, columns and CSV encoding. The runner writes them,
-//! analysis and verify read them; both use these constants.
+//! The raw measurement rows: their columns and CSV encoding. The runner writes them (as each
+//! step is measured), analysis, verify and merge read them.
 
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
-
-pub const STEPS_CSV: &str = "steps.csv";
-pub const RUNS_CSV: &str = "runs.csv";
-pub const RUN_JSON: &str = "run.json";
-pub const PLAN_JSON: &str = "plan.json";
-pub const CONFIG_TOML: &str = "config.resolved.toml";
-pub const TRACES_DIR: &str = "traces";
 
 pub const STEP_COLUMNS: [&str; 13] = [
     "run",
@@ -142,20 +135,6 @@ impl CsvAppender {
     pub fn append(&mut self, row: &str) -> std::io::Result<()> {
         self.file.write_all(row.as_bytes())
     }
-}
-
-/// Write `contents` to `path` atomically: a temporary file in the same folder, then rename.
-pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!(
-        "{}.tmp",
-        path.extension().and_then(|e| e.to_str()).unwrap_or("")
-    ));
-    {
-        let mut f = File::create(&tmp)?;
-        f.write_all(contents)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]

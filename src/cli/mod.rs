@@ -1,0 +1,174 @@
+//! The command line: clap types (what the user typed), one module per subcommand, and one
+//! mapping from failure to exit status ([`exit`]). `main` parses, calls [`run`], exits.
+
+mod bench;
+mod exit;
+mod experiment;
+mod folder;
+mod preview;
+mod run;
+mod slurm;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+pub use exit::{Failure, Status};
+
+use crate::config::Overrides;
+
+#[derive(Parser)]
+#[command(
+    name = "loaderlab",
+    version,
+    about = "Declarative experiments that answer: is my GPU waiting for data?",
+    long_about = "Runs the experiment a TOML file declares (dataset, CPU transforms, loader \
+                  settings, protocol, a matrix of conditions), measures every training step and \
+                  writes a report.\n\nSettings are layered: built-in defaults < the file < \
+                  LOADERLAB_<SECTION>__<KEY> environment variables < --set.\n\nExit status: 0 \
+                  success, 1 a failure while running, 2 an invalid experiment or argument, 130 \
+                  interrupted (Ctrl-C).",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Experiment file to run (the same as `loaderlab run FILE`).
+    #[arg(value_name = "EXPERIMENT.toml")]
+    experiment: Option<PathBuf>,
+    #[command(flatten)]
+    global: Global,
+}
+
+/// Options every subcommand takes.
+#[derive(Args)]
+pub struct Global {
+    /// Override a setting, e.g. --set loader.workers=2 or --set 'matrix.loader.workers=[0,2]'
+    /// (TOML value syntax; repeatable; wins over the file and the environment).
+    #[arg(long = "set", value_name = "KEY=VALUE", global = true)]
+    set: Vec<String>,
+    /// Results folder (default: experiment.output, else reports/<experiment name>).
+    #[arg(long, value_name = "DIR", global = true)]
+    out: Option<PathBuf>,
+    /// No progress bars; only errors and the final summary.
+    #[arg(long, short, global = true)]
+    quiet: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run an experiment: timed runs, profiled runs, analysis and report.
+    Run {
+        #[arg(value_name = "EXPERIMENT.toml")]
+        experiment: PathBuf,
+        /// Run only planned run K (see `plan`), e.g. as one Slurm array task; repeatable.
+        #[arg(long = "only-run", value_name = "K")]
+        only_run: Vec<usize>,
+        /// With --only-run: also record the profiled run of these runs' conditions.
+        #[arg(long)]
+        with_profile: bool,
+    },
+    /// Check experiment files and print every problem; exit 0 only when all pass.
+    Validate {
+        #[arg(value_name = "FILE", required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Rebuild analysis, charts, result.json and report.md from a results folder alone.
+    Report {
+        #[arg(value_name = "RESULTS_DIR")]
+        dir: PathBuf,
+    },
+    /// Check a results folder: counts, every figure recomputed from the raw rows, traces,
+    /// fingerprints. Exits non-zero on any failure.
+    Verify {
+        #[arg(value_name = "RESULTS_DIR")]
+        dir: PathBuf,
+    },
+    /// Show what the transforms do: a PNG grid (originals above, augmented below),
+    /// samples.json with every transform parameter, originals.npy and augmented.npy.
+    Preview {
+        #[arg(value_name = "EXPERIMENT.toml")]
+        experiment: PathBuf,
+        /// Number of samples (the first ones the loader would serve in epoch 0).
+        #[arg(long, default_value_t = 16)]
+        n: usize,
+        /// Condition whose settings to use (default: the first).
+        #[arg(long)]
+        condition: Option<String>,
+    },
+    /// Measure speed: `bench FILE` times the transform chain (one thread) and the loader at
+    /// 0, 1, 2 workers; `bench step` times the training step at 1 and 2 threads (and PyTorch's,
+    /// when python3 has torch). Use a release build.
+    Bench(bench::BenchArgs),
+    /// Run the plan as a Slurm job array (one task per run, or per condition), each task
+    /// writing to <shared>/runs/task-K; then `loaderlab merge <shared>/runs/* --out DIR`.
+    /// The shared folder is --out (default reports/<name>.slurm).
+    Slurm(slurm::SlurmArgs),
+    /// Combine task folders (from `slurm` or `run --only-run`) into one results folder,
+    /// refusing mismatched configurations and missing or duplicated runs; builds its report.
+    Merge {
+        #[arg(value_name = "DIR", required = true)]
+        dirs: Vec<PathBuf>,
+    },
+    /// Print the expanded conditions and the run order.
+    Plan {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+/// Run the command the user typed.
+pub fn run(cli: Cli) -> Result<(), Failure> {
+    let overrides = Overrides::from_process(cli.global.set.clone());
+    let command = match (cli.command, cli.experiment) {
+        (Some(c), _) => c,
+        (None, Some(experiment)) => Command::Run {
+            experiment,
+            only_run: Vec::new(),
+            with_profile: false,
+        },
+        (None, None) => {
+            return Err(Failure::Invalid(
+                "give an experiment file, e.g. `loaderlab experiments/dataloader_workers.toml`, \
+                 or a subcommand (see --help)"
+                    .into(),
+            ));
+        }
+    };
+    let g = &cli.global;
+    match command {
+        Command::Run {
+            experiment,
+            only_run,
+            with_profile,
+        } => run::run(&experiment, &overrides, g, &only_run, with_profile),
+        Command::Validate { files } => experiment::validate(&files, &overrides),
+        Command::Plan { file, format } => {
+            experiment::plan(&file, &overrides, matches!(format, Format::Json))
+        }
+        Command::Report { dir } => folder::report(&dir),
+        Command::Verify { dir } => folder::verify(&dir),
+        Command::Merge { dirs } => folder::merge(&dirs, g),
+        Command::Preview {
+            experiment,
+            n,
+            condition,
+        } => preview::preview(&experiment, &overrides, g, n, condition.as_deref()),
+        Command::Bench(args) => bench::bench(&args, &overrides, g),
+        Command::Slurm(args) => slurm::slurm(&args, &overrides, g),
+    }
+}
+
+/// The command line as typed, each word shell-quoted, to record what reproduces a result.
+fn command_line() -> String {
+    crate::shell::join(std::env::args())
+}

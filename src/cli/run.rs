@@ -1,0 +1,112 @@
+//! `run`: execute an experiment, build its report in the partial folder, promote it, and print
+//! a short summary.
+
+use std::path::Path;
+
+use super::experiment::load;
+use super::{Failure, Global};
+use crate::analysis::Analysis;
+use crate::config::Overrides;
+use crate::plan;
+use crate::results::{REPORT_MD, partial_dir, promote};
+use crate::runner::{self, RunError, RunOptions};
+
+pub(super) fn run(
+    file: &Path,
+    overrides: &Overrides,
+    g: &Global,
+    only_run: &[usize],
+    with_profile: bool,
+) -> Result<(), Failure> {
+    let exp = load(file, overrides)?;
+    let plan = plan::build(&exp);
+    if let Some(bad) = only_run.iter().find(|k| **k >= plan.runs.len()) {
+        return Err(Failure::Invalid(format!(
+            "--only-run {bad}: the plan has runs 0 to {} (see `loaderlab plan`)",
+            plan.runs.len().saturating_sub(1)
+        )));
+    }
+    let (only_runs, profile_conditions) = if only_run.is_empty() {
+        (None, None)
+    } else {
+        let mut conditions: Vec<usize> = only_run
+            .iter()
+            .filter(|_| with_profile)
+            .map(|k| plan.runs[*k].condition_index)
+            .collect();
+        conditions.sort_unstable();
+        conditions.dedup();
+        (Some(only_run.to_vec()), Some(conditions))
+    };
+    let out = exp.output_dir(g.out.as_deref());
+    if !g.quiet {
+        eprint!("{}", plan.to_text());
+        eprintln!("results: {}\n", out.display());
+    }
+    runner::install_interrupt_handler();
+    let opts = RunOptions {
+        out: out.clone(),
+        command: super::command_line(),
+        only_runs,
+        profile_conditions,
+    };
+    match runner::run(&exp, &plan, &opts, runner::reporter(g.quiet)) {
+        Ok(_) => {}
+        Err(RunError::Interrupted { partial }) => {
+            return Err(Failure::Interrupted(format!(
+                "interrupted: measurements so far kept in {}; earlier results in {} untouched",
+                partial.display(),
+                out.display()
+            )));
+        }
+        Err(e) => return Err(Failure::Failed(e.to_string())),
+    }
+    let partial = partial_dir(&out);
+    let analysis = crate::report::build(&partial).map_err(|e| {
+        Failure::Failed(format!(
+            "the measurements are complete in {} but the report failed: {e}",
+            partial.display()
+        ))
+    })?;
+    promote(&partial, &out).map_err(|e| {
+        Failure::Failed(format!(
+            "the run finished but its results could not be moved from {} to {}: {e}",
+            partial.display(),
+            out.display()
+        ))
+    })?;
+    print!("{}", summary_table(&analysis));
+    println!("report: {}", out.join(REPORT_MD).display());
+    Ok(())
+}
+
+/// The short summary for stdout at the end of a run.
+fn summary_table(a: &Analysis) -> String {
+    use crate::report::thousands;
+    let width = a
+        .conditions
+        .iter()
+        .map(|c| c.condition.len())
+        .max()
+        .unwrap_or(9)
+        .max(9);
+    let mut out = format!(
+        "{:<width$}  {:>10}  {:>14}  {:>16}  {:>13}\n",
+        "condition", "img/s", "speed-up", "batch_wait p50", "waiting share"
+    );
+    for c in &a.conditions {
+        let speed = c
+            .speedup
+            .as_ref()
+            .map_or("baseline".to_string(), |s| format!("{:.2}×", s.ratio));
+        out.push_str(&format!(
+            "{:<width$}  {:>10}  {:>14}  {:>13.3} ms  {:>12.0} %\n",
+            c.condition,
+            thousands(c.img_per_s_median),
+            speed,
+            c.batch_wait_p50_ms,
+            c.wait_share * 100.0
+        ));
+    }
+    out
+}

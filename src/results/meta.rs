@@ -1,0 +1,75 @@
+//! `run.json`: what the runner learned besides the raw rows.
+
+use serde::{Deserialize, Serialize};
+
+use super::Environment;
+
+/// What the runner learned besides the raw rows, written to `run.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunMeta {
+    pub experiment: String,
+    pub file: String,
+    pub command: String,
+    pub started_unix_s: u64,
+    pub finished_unix_s: u64,
+    pub loaderlab_version: String,
+    pub build_profile: String,
+    pub build_opt_level: String,
+    pub rustc: String,
+    pub conditions: Vec<ConditionMeta>,
+    pub warnings: Vec<String>,
+    pub notices: Vec<String>,
+    pub interrupted: bool,
+    pub timing_note: String,
+    pub environment: Environment,
+    /// Set when the runs were executed as separate tasks (a Slurm job array) and merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<Vec<TaskInfo>>,
+}
+
+impl RunMeta {
+    /// Every condition trained on the CPU.
+    pub fn all_on_cpu(&self) -> bool {
+        self.conditions
+            .iter()
+            .all(|c| c.compute_device == ComputeDevice::Cpu)
+    }
+
+    pub fn condition(&self, name: &str) -> Option<&ConditionMeta> {
+        self.conditions.iter().find(|c| c.name == name)
+    }
+}
+
+/// One task of a distributed run: where it ran and which runs it executed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskInfo {
+    pub dir: String,
+    pub host: String,
+    pub runs: Vec<usize>,
+    pub profiled: Vec<String>,
+}
+
+/// The kind of device a condition trained on; `device` holds its display name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputeDevice {
+    #[default]
+    Cpu,
+    Cuda,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConditionMeta {
+    pub name: String,
+    /// A person's name for the device, e.g. "cpu (2 threads)" or "cuda:0 (NVIDIA H200)".
+    pub device: String,
+    /// What kind of device that is (folders written before this field read as the CPU).
+    #[serde(default)]
+    pub compute_device: ComputeDevice,
+    pub cpu_threads: usize,
+    pub workers: u64,
+    pub dataset: String,
+    pub pin_memory: String,
+    pub trace: Option<String>,
+    pub profile_startup_ms: Option<f64>,
+}

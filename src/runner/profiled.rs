@@ -1,0 +1,65 @@
+//! A profiled run: its own loader and warm-up, then a short window recorded as a Chrome trace
+//! (and, on CUDA, a GPU track from the device's events). Never part of the speed figures.
+
+use super::session::Session;
+use super::setup::Setup;
+use super::{Outputs, RunError};
+use crate::results::{TRACES_DIR, trace_file_name};
+use crate::trace::{self, Recording};
+use crate::train::{self, Trainer};
+
+/// What a profiled run leaves for `run.json`.
+pub(super) struct Profiled {
+    /// The trace, relative to the results folder.
+    pub trace: String,
+    pub startup_ms: f64,
+}
+
+pub(super) fn run(
+    condition: &str,
+    setup: &Setup,
+    trainer: &mut Trainer,
+    out: &Outputs,
+) -> Result<Profiled, RunError> {
+    let p = &setup.settings().protocol;
+    let file = format!("{TRACES_DIR}/{}", trace_file_name(condition));
+    let path = out.partial.join(&file);
+    let recording = Recording::create(&path)?;
+    let mut session = Session::start(setup, trainer, "profiled".into(), condition)?;
+    session.warm_up(p.warmup_steps, &indicatif::ProgressBar::hidden())?;
+    let mut clock = train::DeviceClock::for_device(&setup.device);
+    recording.start();
+    if clock.on_device() {
+        // The anchor event's device time is this span's host time: the GPU track is placed
+        // relative to it.
+        let _span = tracing::info_span!(trace::GPU_CLOCK_ANCHOR).entered();
+        clock.anchor()?;
+    }
+    for _ in 0..p.profile_steps {
+        let batch = {
+            let _span = tracing::info_span!(trace::BATCH_WAIT).entered();
+            session.next_batch()?
+        };
+        let (x, y) = {
+            let _span = tracing::info_span!(trace::H2D_TRANSFER).entered();
+            clock.mark()?;
+            train::to_device(batch, &setup.device)?
+        };
+        let _span = tracing::info_span!(trace::FORWARD_BACKWARD_ADAM).entered();
+        clock.mark()?;
+        session.step(&x, &y)?;
+        clock.mark()?;
+    }
+    train::synchronize(&setup.device)?;
+    recording.stop();
+    let startup_ms = session.startup_ms;
+    drop(session);
+    recording.finish()?;
+    if clock.on_device() {
+        trace::add_gpu_track(&path, &clock.read()?)?;
+    }
+    Ok(Profiled {
+        trace: file,
+        startup_ms,
+    })
+}

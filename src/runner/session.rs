@@ -1,0 +1,94 @@
+//! What every run kind begins with: the condition's loader started, the model and optimizer
+//! reset to the common initial state, and the untimed warm-up.
+
+use std::sync::atomic::Ordering;
+
+use candle_core::Tensor;
+use indicatif::ProgressBar;
+
+use super::setup::Setup;
+use super::{INTERRUPTED, RunError};
+use crate::loader::{Batch, Loader, LoaderError};
+use crate::results::ComputeDevice;
+use crate::train::{self, Trainer};
+
+/// A run in progress: one condition's loader and trainer.
+pub(super) struct Session<'a> {
+    pub setup: &'a Setup,
+    pub loader: Loader,
+    trainer: &'a mut Trainer,
+    /// Worker start-up, measured apart from every step.
+    pub startup_ms: f64,
+    /// Names the run in a loader error ("3/6", or "profiled").
+    run: String,
+    condition: String,
+}
+
+impl<'a> Session<'a> {
+    /// Start the loader and reset the trainer.
+    pub fn start(
+        setup: &'a Setup,
+        trainer: &'a mut Trainer,
+        run: String,
+        condition: &str,
+    ) -> Result<Session<'a>, RunError> {
+        train::set_tf32(setup.settings().device.tf32);
+        let loader = setup
+            .loader()
+            .map_err(|source| loader_error(&run, condition, source))?;
+        let startup_ms = loader.startup().as_secs_f64() * 1e3;
+        trainer.reset()?;
+        Ok(Session {
+            setup,
+            loader,
+            trainer,
+            startup_ms,
+            run,
+            condition: condition.to_string(),
+        })
+    }
+
+    /// The next batch; a loader failure names the run and condition.
+    pub fn next_batch(&mut self) -> Result<&Batch, RunError> {
+        let (run, condition) = (&self.run, &self.condition);
+        self.loader
+            .next_batch()
+            .map_err(|source| loader_error(run, condition, source))
+    }
+
+    /// One training step on a batch already on the device. On the CPU it runs on the
+    /// condition's compute pool; on CUDA on this thread, which holds the device's context.
+    pub fn step(&mut self, x: &Tensor, y: &Tensor) -> Result<Tensor, RunError> {
+        let trainer = &mut *self.trainer;
+        let loss = match self.setup.compute_device {
+            ComputeDevice::Cpu => self.setup.pool.install(|| trainer.step(x, y)),
+            ComputeDevice::Cuda => trainer.step(x, y),
+        }?;
+        Ok(loss)
+    }
+
+    /// The untimed warm-up: `steps` full steps (stopping early on Ctrl-C), then wait until the
+    /// device is idle so the timed window starts clean.
+    pub fn warm_up(&mut self, steps: u64, bar: &ProgressBar) -> Result<(), RunError> {
+        let device = &self.setup.device;
+        for _ in 0..steps {
+            let batch = self.next_batch()?;
+            let (x, y) = train::to_device(batch, device)?;
+            self.step(&x, &y)?;
+            bar.inc(1);
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                break;
+            }
+        }
+        train::synchronize(device)?;
+        Ok(())
+    }
+}
+
+fn loader_error(run: &str, condition: &str, source: LoaderError) -> RunError {
+    RunError::Loader {
+        run: run.to_string(),
+        condition: condition.to_string(),
+        source,
+    }
+}

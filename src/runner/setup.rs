@@ -1,0 +1,199 @@
+//! One condition resolved once into ready parts (ripgrep's low-args → high-args): the dataset
+//! and transform pipeline ([`DataSetup`], all that `bench` and `preview` need), plus the device
+//! and compute threads ([`Setup`], what a training run needs).
+//!
+//! Invariant: conditions with the same dataset section share one opened dataset, and
+//! conditions on the same device share one device, so every condition sees the same data.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::sync::Arc;
+
+use candle_core::Device;
+
+use crate::config::{DatasetSection, DeviceKind, Settings};
+use crate::data::{self, DataError, Dataset, IMAGE_SIDE};
+use crate::loader::{Loader, LoaderConfig, LoaderError};
+use crate::results::{ComputeDevice, ConditionMeta};
+use crate::train::{self, ComputePool, DeviceError};
+use crate::transforms::Pipeline;
+
+/// The data side of a condition: its settings, the opened dataset and the transform pipeline.
+pub struct DataSetup {
+    pub settings: Settings,
+    pub dataset: Arc<dyn Dataset>,
+    pub pipeline: Arc<Pipeline>,
+}
+
+impl DataSetup {
+    /// Open the dataset (downloading it if the settings allow) and build the pipeline.
+    pub fn open(settings: &Settings, quiet: bool) -> Result<DataSetup, DataError> {
+        Ok(Self::with_dataset(settings, data::open(settings, quiet)?))
+    }
+
+    fn with_dataset(settings: &Settings, dataset: Arc<dyn Dataset>) -> DataSetup {
+        DataSetup {
+            pipeline: Arc::new(Pipeline::new(
+                &settings.transforms,
+                settings.experiment.seed,
+                IMAGE_SIDE,
+            )),
+            settings: settings.clone(),
+            dataset,
+        }
+    }
+
+    /// A loader over this condition's data with its loader settings.
+    pub fn loader(&self) -> Result<Loader, LoaderError> {
+        Loader::new(
+            Arc::clone(&self.dataset),
+            Arc::clone(&self.pipeline),
+            LoaderConfig::from_settings(&self.settings),
+        )
+    }
+}
+
+/// Everything one condition's training runs need, built once.
+pub struct Setup {
+    pub data: DataSetup,
+    pub device: Device,
+    pub compute_device: ComputeDevice,
+    /// A person's name for the device, e.g. "cpu (2 threads)".
+    pub device_name: String,
+    /// Compute threads of the training step (the CPU's; on CUDA the host side's).
+    pub threads: usize,
+    pub pool: Arc<ComputePool>,
+}
+
+impl Setup {
+    pub fn settings(&self) -> &Settings {
+        &self.data.settings
+    }
+
+    /// A loader whose batch buffers suit the device (page-locked on CUDA when asked for).
+    pub fn loader(&self) -> Result<Loader, LoaderError> {
+        let s = self.settings();
+        Loader::with_memory(
+            Arc::clone(&self.data.dataset),
+            Arc::clone(&self.data.pipeline),
+            LoaderConfig::from_settings(s),
+            train::pinned_memory(&self.device, s.loader.pin_memory),
+        )
+    }
+
+    /// The warning for more loader workers plus compute threads than cores on the CPU.
+    pub fn contention(&self, condition: &str, cores: usize) -> Option<String> {
+        let workers = self.settings().loader.workers;
+        let threads = self.threads;
+        (self.compute_device == ComputeDevice::Cpu && workers as usize + threads > cores).then(
+            || {
+                format!(
+                    "{condition}: {workers} loader workers + {threads} compute threads exceed \
+                     the {cores} cores of this machine; workers and training compete for cores, \
+                     so the comparison measures contention as much as loading"
+                )
+            },
+        )
+    }
+
+    /// What `run.json` records of this condition.
+    pub fn meta(&self, condition: &str) -> ConditionMeta {
+        let s = self.settings();
+        let on_cpu = self.compute_device == ComputeDevice::Cpu;
+        ConditionMeta {
+            name: condition.to_string(),
+            device: self.device_name.clone(),
+            compute_device: self.compute_device,
+            cpu_threads: self.threads,
+            workers: s.loader.workers,
+            dataset: self.data.dataset.describe(),
+            pin_memory: if !s.loader.pin_memory {
+                "off".into()
+            } else if on_cpu {
+                "not applicable on the CPU".into()
+            } else {
+                "on: page-locked batch buffers, asynchronous copies".into()
+            },
+            trace: None,
+            profile_startup_ms: None,
+        }
+    }
+}
+
+/// Builds [`Setup`]s, opening each distinct dataset, device and compute pool once.
+#[derive(Default)]
+pub struct Setups {
+    datasets: Vec<(DatasetSection, Arc<dyn Dataset>)>,
+    devices: HashMap<(DeviceKind, u64), train::Chosen>,
+    pools: HashMap<usize, Arc<ComputePool>>,
+    /// One line per device that fell back or was chosen with a remark (e.g. CUDA unusable).
+    pub notices: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("cannot start {threads} compute threads: {source}")]
+    Pool {
+        threads: usize,
+        source: rayon::ThreadPoolBuildError,
+    },
+}
+
+impl Setups {
+    pub fn prepare(&mut self, s: &Settings, quiet: bool) -> Result<Setup, SetupError> {
+        let dataset = match self.datasets.iter().find(|(d, _)| *d == s.dataset) {
+            Some((_, ds)) => Arc::clone(ds),
+            None => {
+                let ds = data::open(s, quiet)?;
+                self.datasets.push((s.dataset.clone(), Arc::clone(&ds)));
+                ds
+            }
+        };
+        let key = (s.device.kind, s.device.ordinal);
+        let chosen = match self.devices.entry(key) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let chosen = train::select(s.device.kind, s.device.ordinal as usize)?;
+                self.notices.extend(chosen.notice.clone());
+                e.insert(chosen)
+            }
+        };
+        let threads = match s.device.threads {
+            0 => train::cores(),
+            n => n as usize,
+        };
+        let (device, name) = (chosen.device.clone(), chosen.name.clone());
+        let on_cpu = device.is_cpu();
+        let pool = match self.pools.entry(threads) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(Arc::new(
+                ComputePool::new(threads).map_err(|source| SetupError::Pool { threads, source })?,
+            )),
+        };
+        Ok(Setup {
+            data: DataSetup::with_dataset(s, dataset),
+            device,
+            compute_device: if on_cpu {
+                ComputeDevice::Cpu
+            } else {
+                ComputeDevice::Cuda
+            },
+            device_name: if on_cpu {
+                format!("cpu ({threads} threads)")
+            } else {
+                name
+            },
+            threads,
+            pool: Arc::clone(pool),
+        })
+    }
+
+    /// The names of the devices used, for the environment record.
+    pub fn device_names(&self) -> Vec<String> {
+        self.devices.values().map(|c| c.name.clone()).collect()
+    }
+}

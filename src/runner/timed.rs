@@ -1,0 +1,132 @@
+//! A timed run: warm-up, then every step timed on a monotonic clock and written to `steps.csv`
+//! as it is measured (on the CPU; on CUDA after the window, once the device's events are read).
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use candle_core::Tensor;
+
+use super::session::Session;
+use super::setup::Setup;
+use super::{INTERRUPTED, Outputs, RunError};
+use crate::plan::PlannedRun;
+use crate::results::{RunRecord, StepRecord};
+use crate::train::{self, Trainer};
+
+/// The outcome of one timed run.
+pub(super) struct Timed {
+    pub record: RunRecord,
+    pub interrupted: bool,
+}
+
+fn ms(a: Instant, b: Instant) -> f64 {
+    (b - a).as_secs_f64() * 1e3
+}
+
+pub(super) fn run(
+    planned: &PlannedRun,
+    total_runs: usize,
+    setup: &Setup,
+    trainer: &mut Trainer,
+    out: &mut Outputs,
+) -> Result<Timed, RunError> {
+    let p = &setup.settings().protocol;
+    let label = format!("run {}/{total_runs}", planned.index + 1);
+    let mut session = Session::start(setup, trainer, label.clone(), &planned.condition)?;
+    let bar = out.reporter.progress(p.warmup_steps + p.timed_steps);
+    let title = format!("{label} {} (round {})", planned.condition, planned.round);
+    bar.set_message(format!("{title} warm-up"));
+    session.warm_up(p.warmup_steps, &bar)?;
+
+    // The timed window: from the first timed batch request to the device being idle.
+    let mut rows: Vec<StepRecord> = Vec::with_capacity(p.timed_steps as usize);
+    let mut losses: Vec<Tensor> = Vec::new();
+    let mut images: u64 = 0;
+    let mut interrupted = false;
+    let mut clock = train::DeviceClock::for_device(&setup.device);
+    clock.anchor()?;
+    let window = Instant::now();
+    let stream_now = !clock.on_device();
+    for step in 0..p.timed_steps as usize {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            interrupted = true;
+            break;
+        }
+        let t0 = Instant::now();
+        let batch = session.next_batch()?;
+        let t1 = Instant::now();
+        let (fingerprint, epoch, n) = (batch.fingerprint, batch.epoch, batch.len);
+        clock.mark()?;
+        let (x, y) = train::to_device(batch, &setup.device)?;
+        let t2 = Instant::now();
+        clock.mark()?;
+        let loss = session.step(&x, &y)?;
+        clock.mark()?;
+        let t3 = Instant::now();
+        images += n as u64;
+        let mut row = StepRecord {
+            run: planned.index,
+            condition: planned.condition.clone(),
+            round: planned.round,
+            position: planned.position,
+            step,
+            batch_wait_ms: ms(t0, t1),
+            h2d_ms: ms(t1, t2),
+            compute_ms: ms(t2, t3),
+            step_ms: ms(t0, t3),
+            loss: f64::NAN,
+            fingerprint,
+            epoch,
+            // Replaced by the device's own figure below where it has a clock.
+            device_ms: ms(t1, t3),
+        };
+        if stream_now {
+            // On the CPU the loss is already computed: reading it costs nothing.
+            row.loss = loss.to_scalar::<f32>()? as f64;
+            out.step(&row)?;
+        } else {
+            losses.push(loss);
+        }
+        rows.push(row);
+        bar.inc(1);
+        // The message is formatted inside the timed window: only every tenth step, and not at
+        // all when the bar is hidden (--quiet).
+        let so_far = window.elapsed().as_secs_f64();
+        if step % 10 == 0 && !bar.is_hidden() && so_far > 0.0 {
+            bar.set_message(format!("{title} {:.0} img/s", images as f64 / so_far));
+        }
+    }
+    train::synchronize(&setup.device)?;
+    let elapsed_s = window.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    if !stream_now {
+        let marks = clock.read()?;
+        for (k, (row, loss)) in rows.iter_mut().zip(&losses).enumerate() {
+            row.loss = loss.to_scalar::<f32>()? as f64;
+            row.device_ms = marks.get(k).map_or(f64::NAN, |m| m.busy_ms());
+            out.step(row)?;
+        }
+    }
+    let record = RunRecord {
+        run: planned.index,
+        condition: planned.condition.clone(),
+        round: planned.round,
+        position: planned.position,
+        workers: setup.settings().loader.workers,
+        startup_ms: session.startup_ms,
+        elapsed_s,
+        images,
+        img_per_s: if elapsed_s > 0.0 {
+            images as f64 / elapsed_s
+        } else {
+            0.0
+        },
+        device: setup.device_name.clone(),
+        interrupted,
+    };
+    out.run(&record)?;
+    Ok(Timed {
+        record,
+        interrupted,
+    })
+}
