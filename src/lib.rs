@@ -13,6 +13,9 @@ pub mod hash;
 // Quoting for printed commands and generated scripts.
 pub mod shell;
 
+// How figures are printed: at least four significant digits.
+pub mod format;
+
 // The experiment file: schema, layering, matrix expansion, checks.
 pub mod config;
 

@@ -8,7 +8,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Experiment, RunOrder, Settings};
+use crate::config::{Experiment, ReportSection, RunOrder, Settings};
 
 /// Mixed into the experiment seed so the run order does not share a stream with the data.
 const ORDER_STREAM: u64 = 0x6f72_6465_725f_7273;
@@ -32,6 +32,10 @@ pub struct PlanExperiment {
     pub timed_steps: u64,
     pub profile: bool,
     pub profile_steps: u64,
+    /// The experiment-wide `[report]` settings (absent in folders written before it was
+    /// recorded here; see [`Plan::report`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<ReportSection>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -111,6 +115,7 @@ pub fn build(exp: &Experiment) -> Plan {
             timed_steps: p.timed_steps,
             profile: p.profile,
             profile_steps: p.profile_steps,
+            report: Some(s.report.clone()),
         },
         conditions: exp
             .conditions
@@ -126,6 +131,16 @@ pub fn build(exp: &Experiment) -> Plan {
 }
 
 impl Plan {
+    /// The experiment-wide report settings (from the first condition in older folders; the
+    /// section cannot vary between conditions).
+    pub fn report(&self) -> ReportSection {
+        self.experiment
+            .report
+            .clone()
+            .or_else(|| self.conditions.first().map(|c| c.config.report.clone()))
+            .unwrap_or_default()
+    }
+
     /// A person's view of the plan.
     pub fn to_text(&self) -> String {
         use std::fmt::Write;

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use loaderlab::analysis::analyse;
+use loaderlab::analysis::{LoaderVerdict, analyse};
 use loaderlab::config::{Overrides, load_str};
 use loaderlab::plan;
 use loaderlab::results::{
@@ -130,7 +130,7 @@ fn known_speedup_percentiles_and_shares() {
     let a = analyse(&Raw::load(dir.path()).unwrap()).unwrap();
     assert_eq!(a.baseline, "workers=0");
     let base = &a.conditions[0];
-    assert_eq!(base.img_per_s_median, 100.0);
+    assert_eq!(base.img_per_s.point, 100.0);
     assert_eq!((base.img_per_s_min, base.img_per_s_max), (90.0, 110.0));
     // Pooled batch_wait of 3 runs × [10, 20, 30, 40]: median 25, p95 = 40 (linear).
     assert_eq!(base.batch_wait_p50_ms, 25.0);
@@ -144,20 +144,24 @@ fn known_speedup_percentiles_and_shares() {
     assert!((base.device_idle_median - (1.0 - 22.0 / 10_240.0)).abs() < 1e-9);
     assert_eq!(base.device_clock, "host timers (CPU)");
     let s = a.conditions[1].speedup.as_ref().unwrap();
-    assert_eq!(s.ratio, 4.0);
+    assert_eq!(s.ratio.point, 4.0);
     assert!(
-        s.ci_low >= 380.0 / 110.0 - 1e-9 && s.ci_high <= 420.0 / 90.0 + 1e-9,
+        s.ratio.low >= 380.0 / 110.0 - 1e-9 && s.ratio.high <= 420.0 / 90.0 + 1e-9,
         "{s:?}"
     );
-    assert!(s.ci_low <= 4.0 && 4.0 <= s.ci_high && s.beyond_noise);
+    assert!(s.ratio.low <= 4.0 && 4.0 <= s.ratio.high && s.beyond_noise);
     assert_eq!(
         s.paired,
         vec![(0, 4.0), (1, 420.0 / 110.0), (2, 380.0 / 90.0)]
     );
     assert!(a.determinism.identical);
+    // The judgement is made in analysis, with its thresholds: 82 % waiting ≥ 50 %.
+    assert_eq!(base.judgement.loader, LoaderVerdict::Bottleneck);
+    assert_eq!(base.judgement.thresholds.bottleneck_wait_share, 0.5);
+    assert_eq!(a.conditions[1].judgement.loader, LoaderVerdict::KeptUp);
     let verdict = loaderlab::report::verdict(&a, true);
     assert!(
-        verdict.starts_with("With workers=4 the model trained 4.0× faster than with workers=0"),
+        verdict.starts_with("With workers=4 the model trained 4.000× faster than with workers=0"),
         "{verdict}"
     );
     assert!(
@@ -177,7 +181,7 @@ fn identical_conditions_give_a_ci_containing_one() {
     let a = analyse(&Raw::load(dir.path()).unwrap()).unwrap();
     let s = a.conditions[1].speedup.as_ref().unwrap();
     assert!(
-        s.ci_low < 1.0 && s.ci_high > 1.0 && !s.beyond_noise,
+        s.ratio.low < 1.0 && s.ratio.high > 1.0 && !s.beyond_noise,
         "{s:?}"
     );
     assert!(loaderlab::report::verdict(&a, false).contains("no difference beyond noise"));

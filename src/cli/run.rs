@@ -82,7 +82,7 @@ pub(super) fn run(
 
 /// The short summary for stdout at the end of a run.
 fn summary_table(a: &Analysis) -> String {
-    use crate::report::thousands;
+    use crate::report::{pct, rate, ratio, sig};
     let width = a
         .conditions
         .iter()
@@ -98,14 +98,14 @@ fn summary_table(a: &Analysis) -> String {
         let speed = c
             .speedup
             .as_ref()
-            .map_or("baseline".to_string(), |s| format!("{:.2}×", s.ratio));
+            .map_or("baseline".to_string(), |s| ratio(s.ratio.point));
         out.push_str(&format!(
-            "{:<width$}  {:>10}  {:>14}  {:>13.3} ms  {:>12.0} %\n",
+            "{:<width$}  {:>10}  {:>14}  {:>13} ms  {:>13}\n",
             c.condition,
-            thousands(c.img_per_s_median),
+            rate(c.img_per_s.point),
             speed,
-            c.batch_wait_p50_ms,
-            c.wait_share * 100.0
+            sig(c.batch_wait_p50_ms),
+            pct(c.wait_share)
         ));
     }
     out

@@ -75,32 +75,9 @@ impl DeviceClock {
     }
 }
 
-/// Share of a window (ms) in which the device did no step work; `busy` are per-step device
-/// times. NaN for an empty window.
-pub fn idle_fraction(busy_ms: impl IntoIterator<Item = f64>, window_ms: f64) -> f64 {
-    if window_ms <= 0.0 || window_ms.is_nan() {
-        return f64::NAN;
-    }
-    let busy: f64 = busy_ms.into_iter().filter(|b| b.is_finite()).sum();
-    (1.0 - busy / window_ms).clamp(0.0, 1.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn idle_is_the_unbusy_share_of_the_window() {
-        assert_eq!(idle_fraction([10.0, 20.0, 10.0], 100.0), 0.6);
-        assert_eq!(idle_fraction([60.0, 60.0], 100.0), 0.0);
-        assert!(idle_fraction([1.0], 0.0).is_nan());
-        let m = StepMarks {
-            copy_start_ms: 5.0,
-            compute_start_ms: 5.5,
-            end_ms: 12.0,
-        };
-        assert_eq!(m.busy_ms(), 7.0);
-    }
 
     #[test]
     fn the_cpu_has_no_device_clock() {

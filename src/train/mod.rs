@@ -11,7 +11,7 @@ mod fast_cpu;
 mod model;
 mod pool;
 
-pub use clock::{DeviceClock, StepMarks, idle_fraction};
+pub use clock::{DeviceClock, StepMarks};
 pub use device::{Chosen, DeviceError, cores, select, synchronize};
 pub use model::{InitialWeights, Layers, PARAMS, SmallCnn};
 pub use pool::ComputePool;

@@ -1,0 +1,113 @@
+//! Checks on the runs themselves: the order effect (did position in a round matter?) and
+//! determinism (did every run see the same batches?), and where device time came from.
+
+use std::collections::BTreeMap;
+
+use polars::prelude::*;
+
+use super::stats::median;
+use super::{AnalysisError, Determinism, ORDER_NOISE_FLOOR, OrderEffect, RunSummary};
+use crate::plan::Plan;
+use crate::results::{ComputeDevice, Raw, i64s, strs};
+
+/// "CUDA events" when the condition trained on a CUDA device, else the host's timers.
+pub(super) fn device_clock(raw: &Raw, condition: &str) -> String {
+    let on_cuda = raw
+        .meta
+        .condition(condition)
+        .is_some_and(|c| c.compute_device == ComputeDevice::Cuda);
+    if on_cuda {
+        "CUDA events".into()
+    } else {
+        "host timers (CPU)".into()
+    }
+}
+
+/// First-position runs against later-position runs of one condition.
+pub(super) fn order_effect(runs: &[&RunSummary]) -> OrderEffect {
+    let first: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.position == 0)
+        .map(|r| r.img_per_s)
+        .collect();
+    let later: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.position > 0)
+        .map(|r| r.img_per_s)
+        .collect();
+    if first.is_empty() || later.is_empty() {
+        return OrderEffect {
+            first_median_img_per_s: (!first.is_empty()).then(|| median(&first)),
+            later_median_img_per_s: (!later.is_empty()).then(|| median(&later)),
+            difference: None,
+            spread: None,
+            flagged: false,
+        };
+    }
+    let range = |v: &[f64]| {
+        v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+            - v.iter().copied().fold(f64::INFINITY, f64::min)
+    };
+    let spread = range(&first).max(range(&later));
+    let difference = median(&later) - median(&first);
+    // With one run per group there is no spread to compare against; gaps under
+    // ORDER_NOISE_FLOOR of the median are run-to-run noise on any machine.
+    let measurable = first.len() > 1 || later.len() > 1;
+    let all: Vec<f64> = first.iter().chain(&later).copied().collect();
+    let floor = ORDER_NOISE_FLOOR * median(&all);
+    OrderEffect {
+        first_median_img_per_s: Some(median(&first)),
+        later_median_img_per_s: Some(median(&later)),
+        difference: Some(difference),
+        spread: Some(spread),
+        flagged: measurable && difference.abs() > spread && difference.abs() > floor,
+    }
+}
+
+pub(super) fn determinism(
+    steps: &DataFrame,
+    complete: &[i64],
+    plan: &Plan,
+) -> Result<Determinism, AnalysisError> {
+    let runs = i64s(steps, "run")?;
+    let conds = strs(steps, "condition")?;
+    let fps = strs(steps, "fingerprint")?;
+    let step_no = i64s(steps, "step")?;
+    let mut seq: BTreeMap<i64, (String, Vec<(i64, String)>)> = BTreeMap::new();
+    for i in 0..runs.len() {
+        if !complete.contains(&runs[i]) {
+            continue;
+        }
+        seq.entry(runs[i])
+            .or_insert_with(|| (conds[i].clone(), Vec::new()))
+            .1
+            .push((step_no[i], fps[i].clone()));
+    }
+    let mut by_condition: BTreeMap<String, Vec<Vec<String>>> = BTreeMap::new();
+    for (_, (cond, mut rows)) in seq {
+        rows.sort();
+        by_condition
+            .entry(cond)
+            .or_default()
+            .push(rows.into_iter().map(|(_, f)| f).collect());
+    }
+    let mut inconsistent = Vec::new();
+    let mut groups: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    for c in &plan.conditions {
+        let Some(seqs) = by_condition.get(&c.name) else {
+            continue;
+        };
+        if seqs.windows(2).any(|w| w[0] != w[1]) {
+            inconsistent.push(c.name.clone());
+        }
+        match groups.iter_mut().find(|(s, _)| *s == seqs[0]) {
+            Some((_, names)) => names.push(c.name.clone()),
+            None => groups.push((seqs[0].clone(), vec![c.name.clone()])),
+        }
+    }
+    Ok(Determinism {
+        identical: inconsistent.is_empty() && groups.len() <= 1,
+        inconsistent_conditions: inconsistent,
+        groups: groups.into_iter().map(|(_, n)| n).collect(),
+    })
+}

@@ -1,0 +1,90 @@
+//! The judgements a report states, made here from the figures and carried with the thresholds
+//! they were made against (criterion's `ComparisonData`), so result.json and `verify` hold them
+//! too and the report only renders them.
+
+use serde::{Deserialize, Serialize};
+
+/// Where the loader stands, from the share of step time spent waiting for a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoaderVerdict {
+    /// At least `bottleneck_wait_share` of step time waiting.
+    Bottleneck,
+    /// At least `partial_wait_share`.
+    PartialBottleneck,
+    /// Below that.
+    KeptUp,
+}
+
+/// The thresholds of every judgement.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Thresholds {
+    pub bottleneck_wait_share: f64,
+    pub partial_wait_share: f64,
+    /// Stalls remain when the batch-wait p95 exceeds this multiple of its median …
+    pub stall_p95_over_median: f64,
+    /// … and this many ms.
+    pub stall_p95_min_ms: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            bottleneck_wait_share: 0.5,
+            partial_wait_share: 0.1,
+            stall_p95_over_median: 5.0,
+            stall_p95_min_ms: 1.0,
+        }
+    }
+}
+
+/// One condition's judgement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Judgement {
+    pub loader: LoaderVerdict,
+    /// A few batches still kept the training thread waiting far longer than the median one.
+    pub stalls: bool,
+    pub thresholds: Thresholds,
+}
+
+impl Thresholds {
+    pub fn judge(&self, wait_share: f64, wait_p50_ms: f64, wait_p95_ms: f64) -> Judgement {
+        let loader = if wait_share >= self.bottleneck_wait_share {
+            LoaderVerdict::Bottleneck
+        } else if wait_share >= self.partial_wait_share {
+            LoaderVerdict::PartialBottleneck
+        } else {
+            LoaderVerdict::KeptUp
+        };
+        // A median of zero would make any p95 a stall: compare against at least 1 µs.
+        let stalls = wait_p95_ms > self.stall_p95_over_median * wait_p50_ms.max(1e-3)
+            && wait_p95_ms > self.stall_p95_min_ms;
+        Judgement {
+            loader,
+            stalls,
+            thresholds: *self,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_share_decides_against_the_thresholds() {
+        let t = Thresholds::default();
+        assert_eq!(t.judge(0.5, 1.0, 1.0).loader, LoaderVerdict::Bottleneck);
+        assert_eq!(
+            t.judge(0.1, 1.0, 1.0).loader,
+            LoaderVerdict::PartialBottleneck
+        );
+        assert_eq!(t.judge(0.099, 1.0, 1.0).loader, LoaderVerdict::KeptUp);
+        assert!(t.judge(0.0, 0.1, 2.0).stalls);
+        assert!(!t.judge(0.0, 0.1, 0.9).stalls, "under the ms floor");
+        assert!(
+            !t.judge(0.0, 1.0, 4.0).stalls,
+            "under five times the median"
+        );
+    }
+}

@@ -1,0 +1,389 @@
+//! From the raw files of a results folder to the figures a report states.
+//!
+//! Invariant: everything is computed from the files on disk (`steps.csv`, `runs.csv`,
+//! `plan.json`, `run.json`, `traces/`), never from the runner's memory, so
+//! `loaderlab report <dir>` rebuilds exactly what the run wrote. Percentiles use linear
+//! interpolation (pandas' and numpy's default) so anyone can recompute them.
+
+mod checks;
+mod judge;
+mod profile;
+mod stats;
+mod steps;
+mod tables;
+
+pub use judge::{Judgement, LoaderVerdict, Thresholds};
+pub use profile::{ProfileSummary, SpanRow};
+pub use stats::{BOOTSTRAP_RESAMPLES, CONFIDENCE, Estimate, bootstrap, median, quantile};
+pub use tables::{summary_frame, write_tables};
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use polars::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::format::rate;
+use crate::plan::PlanCondition;
+use crate::results::{Raw, ResultsError, bools, f64s, i64s, strs};
+use steps::{stat_columns, step_stats};
+
+/// An order effect is flagged only when the gap between first-position and later runs exceeds
+/// both the spread within positions and this share of the condition's median throughput.
+pub const ORDER_NOISE_FLOOR: f64 = 0.02;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysisError {
+    #[error("{}: {message}", path.display())]
+    File { path: PathBuf, message: String },
+    #[error("{0}")]
+    Data(String),
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+}
+
+impl From<PolarsError> for AnalysisError {
+    fn from(e: PolarsError) -> Self {
+        AnalysisError::Data(e.to_string())
+    }
+}
+
+fn file_err(path: &Path, message: impl ToString) -> AnalysisError {
+    AnalysisError::File {
+        path: path.to_path_buf(),
+        message: message.to_string(),
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunSummary {
+    pub run: i64,
+    pub condition: String,
+    pub round: i64,
+    pub position: i64,
+    pub workers: i64,
+    pub steps: i64,
+    pub images: i64,
+    pub elapsed_s: f64,
+    pub img_per_s: f64,
+    pub startup_ms: f64,
+    pub batch_wait_median_ms: f64,
+    pub batch_wait_p95_ms: f64,
+    pub batch_wait_max_ms: f64,
+    pub h2d_median_ms: f64,
+    pub compute_median_ms: f64,
+    pub step_median_ms: f64,
+    /// Sum of batch_wait over sum of step time.
+    pub wait_share: f64,
+    /// Share of the timed window in which the device did no step work (1 − Σ device_ms /
+    /// elapsed): from CUDA events on a GPU, from the step's own timers on the CPU.
+    pub device_idle: f64,
+    pub interrupted: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Speedup {
+    /// Median img/s of this condition over the baseline's, with its 95 % CI.
+    pub ratio: Estimate,
+    /// (round, ratio) for rounds where both ran.
+    pub paired: Vec<(i64, f64)>,
+    /// The 95 % interval excludes 1.
+    pub beyond_noise: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OrderEffect {
+    pub first_median_img_per_s: Option<f64>,
+    pub later_median_img_per_s: Option<f64>,
+    /// later − first, img/s.
+    pub difference: Option<f64>,
+    /// Largest range of img/s among runs sharing a position group.
+    pub spread: Option<f64>,
+    pub flagged: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ConditionSummary {
+    pub condition: String,
+    pub runs: usize,
+    pub workers: i64,
+    /// The median img/s over runs, with its 95 % bootstrap CI.
+    pub img_per_s: Estimate,
+    pub img_per_s_min: f64,
+    pub img_per_s_max: f64,
+    pub batch_wait_p50_ms: f64,
+    pub batch_wait_p95_ms: f64,
+    pub batch_wait_max_ms: f64,
+    pub h2d_median_ms: f64,
+    pub compute_median_ms: f64,
+    pub step_median_ms: f64,
+    pub wait_share: f64,
+    /// Median over runs of [`RunSummary::device_idle`].
+    pub device_idle_median: f64,
+    /// Where device busy time comes from: "CUDA events" or "host timers (CPU)".
+    pub device_clock: String,
+    pub startup_ms_median: f64,
+    pub speedup: Option<Speedup>,
+    pub order_effect: OrderEffect,
+    /// Whether the loader held training back, against the thresholds it states.
+    pub judgement: Judgement,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Determinism {
+    /// Every timed run, of every condition, saw the same fingerprint sequence.
+    pub identical: bool,
+    /// Conditions whose rounds disagree among themselves (never expected).
+    pub inconsistent_conditions: Vec<String>,
+    /// Groups of conditions sharing a sequence (more than one group means the data differed).
+    pub groups: Vec<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Analysis {
+    pub baseline: String,
+    pub runs: Vec<RunSummary>,
+    pub conditions: Vec<ConditionSummary>,
+    pub determinism: Determinism,
+    pub profiles: Vec<ProfileSummary>,
+    pub warnings: Vec<String>,
+}
+
+pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
+    let mut warnings = raw.meta.warnings.clone();
+    let runs = run_summaries(raw, &mut warnings)?;
+    // Per condition, in plan order, over completed runs.
+    let complete: Vec<&RunSummary> = runs.iter().filter(|r| !r.interrupted).collect();
+    let baseline = baseline(&raw.plan.conditions, &raw.plan.report().baseline);
+    let mut conditions = condition_summaries(raw, &complete, &baseline)?;
+    if let Some(tasks) = &raw.meta.tasks {
+        // Separate processes, possibly on separate nodes: positions in the plan say nothing
+        // about what ran before a run on the same machine.
+        for s in &mut conditions {
+            s.order_effect.flagged = false;
+        }
+        let mut hosts: Vec<&str> = tasks.iter().map(|t| t.host.as_str()).collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        warnings.push(format!(
+            "the runs ran as {} separate tasks (a Slurm job array) on {} host(s): {}; each run \
+             started a fresh process, so order effects are not assessed and speed differences \
+             between hosts add to the spread",
+            tasks.len(),
+            hosts.len(),
+            hosts.join(", ")
+        ));
+    }
+    for s in conditions.iter().filter(|s| s.order_effect.flagged) {
+        warnings.push(format!(
+            "order effect in {}: runs in later positions were {} img/s from runs in first \
+             position, more than the spread within positions ({} img/s)",
+            s.condition,
+            rate(s.order_effect.difference.unwrap_or(0.0)),
+            rate(s.order_effect.spread.unwrap_or(0.0))
+        ));
+    }
+    let complete_ids: Vec<i64> = complete.iter().map(|r| r.run).collect();
+    let determinism = checks::determinism(&raw.steps, &complete_ids, &raw.plan)?;
+    if !determinism.inconsistent_conditions.is_empty() {
+        warnings.push(format!(
+            "fingerprints differ between rounds of {}: the batches were not reproducible",
+            determinism.inconsistent_conditions.join(", ")
+        ));
+    }
+    Ok(Analysis {
+        baseline,
+        runs,
+        conditions,
+        determinism,
+        profiles: profile::profile_summaries(raw),
+        warnings,
+    })
+}
+
+/// The condition the others are compared with: the one `[report] baseline` names, else the
+/// first.
+fn baseline(conditions: &[PlanCondition], wanted: &str) -> String {
+    conditions
+        .iter()
+        .find(|c| c.name == wanted)
+        .or(conditions.first())
+        .map(|c| c.name.clone())
+        .unwrap_or_default()
+}
+
+/// Share of a window (ms) in which the device did no step work, from the steps' device busy
+/// times; NaN for an empty window.
+pub fn idle_fraction(busy_ms: f64, window_ms: f64) -> f64 {
+    if window_ms <= 0.0 || window_ms.is_nan() {
+        return f64::NAN;
+    }
+    (1.0 - busy_ms / window_ms).clamp(0.0, 1.0)
+}
+
+/// One summary per row of runs.csv, with its steps' statistics.
+fn run_summaries(raw: &Raw, warnings: &mut Vec<String>) -> Result<Vec<RunSummary>, AnalysisError> {
+    let per_run = step_stats(raw.steps.clone(), "run")?;
+    let stat_index: HashMap<i64, usize> = i64s(&per_run, "run")?
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| (r, i))
+        .collect();
+    let cols = stat_columns(&per_run)?;
+    let step_counts = i64s(&per_run, "steps")?;
+    let r = &raw.runs;
+    let (run_ids, conditions, rounds, positions, workers) = (
+        i64s(r, "run")?,
+        strs(r, "condition")?,
+        i64s(r, "round")?,
+        i64s(r, "position")?,
+        i64s(r, "workers")?,
+    );
+    let (startup, elapsed, images, ips, interrupted) = (
+        f64s(r, "startup_ms")?,
+        f64s(r, "elapsed_s")?,
+        i64s(r, "images")?,
+        f64s(r, "img_per_s")?,
+        bools(r, "interrupted")?,
+    );
+    let mut runs = Vec::new();
+    for i in 0..run_ids.len() {
+        let Some(&k) = stat_index.get(&run_ids[i]) else {
+            warnings.push(format!("run {} has no step rows in steps.csv", run_ids[i]));
+            continue;
+        };
+        if interrupted[i] {
+            warnings.push(format!(
+                "run {} ({}) was interrupted after {} steps; it is left out of the speed figures",
+                run_ids[i], conditions[i], step_counts[k]
+            ));
+        }
+        let stat = |name: &str| cols[name][k];
+        runs.push(RunSummary {
+            run: run_ids[i],
+            condition: conditions[i].clone(),
+            round: rounds[i],
+            position: positions[i],
+            workers: workers[i],
+            steps: step_counts[k],
+            images: images[i],
+            elapsed_s: elapsed[i],
+            img_per_s: ips[i],
+            startup_ms: startup[i],
+            batch_wait_median_ms: stat("batch_wait_median_ms"),
+            batch_wait_p95_ms: stat("batch_wait_p95_ms"),
+            batch_wait_max_ms: stat("batch_wait_max_ms"),
+            h2d_median_ms: stat("h2d_median_ms"),
+            compute_median_ms: stat("compute_median_ms"),
+            step_median_ms: stat("step_median_ms"),
+            wait_share: stat("wait_share"),
+            device_idle: idle_fraction(stat("device_ms_sum"), elapsed[i] * 1e3),
+            interrupted: interrupted[i],
+        });
+    }
+    Ok(runs)
+}
+
+/// One summary per condition of the plan that has completed runs: step figures pooled over its
+/// runs' steps, throughput over its runs, the speed-up against the baseline and the judgement.
+fn condition_summaries(
+    raw: &Raw,
+    complete: &[&RunSummary],
+    baseline: &str,
+) -> Result<Vec<ConditionSummary>, AnalysisError> {
+    let seed = raw.plan.experiment.seed;
+    let complete_ids: Vec<i64> = complete.iter().map(|r| r.run).collect();
+    let mask: BooleanChunked = i64s(&raw.steps, "run")?
+        .iter()
+        .map(|r| complete_ids.contains(r))
+        .collect();
+    let pooled = step_stats(raw.steps.filter(&mask)?, "condition")?;
+    let pooled_names = strs(&pooled, "condition")?;
+    let pooled_cols = stat_columns(&pooled)?;
+    let of = |name: &str| -> Vec<&RunSummary> {
+        complete
+            .iter()
+            .copied()
+            .filter(|r| r.condition == name)
+            .collect()
+    };
+    let ips = |runs: &[&RunSummary]| -> Vec<f64> { runs.iter().map(|r| r.img_per_s).collect() };
+    let base_runs = of(baseline);
+    let base_ips = ips(&base_runs);
+    let thresholds = Thresholds::default();
+    let mut summaries = Vec::new();
+    for (ci, c) in raw.plan.conditions.iter().enumerate() {
+        let mine = of(&c.name);
+        if mine.is_empty() {
+            continue;
+        }
+        let values = ips(&mine);
+        let k = pooled_names.iter().position(|n| n == &c.name);
+        let pooled_of = |col: &str| k.map_or(f64::NAN, |k| pooled_cols[col][k]);
+        let speedup = (c.name != baseline && !base_ips.is_empty())
+            .then(|| speedup(&mine, &base_runs, seed ^ ci as u64));
+        let (wait_share, p50, p95) = (
+            pooled_of("wait_share"),
+            pooled_of("batch_wait_median_ms"),
+            pooled_of("batch_wait_p95_ms"),
+        );
+        summaries.push(ConditionSummary {
+            condition: c.name.clone(),
+            runs: mine.len(),
+            workers: c.config.loader.workers as i64,
+            img_per_s: bootstrap(&[&values], seed ^ 0x100 ^ ci as u64, |s| median(&s[0])),
+            img_per_s_min: stats::min(&values),
+            img_per_s_max: stats::max(&values),
+            batch_wait_p50_ms: p50,
+            batch_wait_p95_ms: p95,
+            batch_wait_max_ms: pooled_of("batch_wait_max_ms"),
+            h2d_median_ms: pooled_of("h2d_median_ms"),
+            compute_median_ms: pooled_of("compute_median_ms"),
+            step_median_ms: pooled_of("step_median_ms"),
+            wait_share,
+            device_idle_median: median(&mine.iter().map(|r| r.device_idle).collect::<Vec<_>>()),
+            device_clock: checks::device_clock(raw, &c.name),
+            startup_ms_median: median(&mine.iter().map(|r| r.startup_ms).collect::<Vec<_>>()),
+            speedup,
+            order_effect: checks::order_effect(&mine),
+            judgement: thresholds.judge(wait_share, p50, p95),
+        });
+    }
+    Ok(summaries)
+}
+
+/// The ratio of median img/s against the baseline's, its bootstrap CI over both conditions'
+/// runs, and the per-round ratios.
+fn speedup(mine: &[&RunSummary], base: &[&RunSummary], seed: u64) -> Speedup {
+    let values: Vec<f64> = mine.iter().map(|r| r.img_per_s).collect();
+    let base_values: Vec<f64> = base.iter().map(|r| r.img_per_s).collect();
+    let ratio = bootstrap(&[&values, &base_values], seed, |s| {
+        median(&s[0]) / median(&s[1])
+    });
+    let paired = mine
+        .iter()
+        .filter_map(|r| {
+            base.iter()
+                .find(|b| b.round == r.round)
+                .map(|b| (r.round, r.img_per_s / b.img_per_s))
+        })
+        .collect();
+    Speedup {
+        beyond_noise: !ratio.contains(1.0),
+        ratio,
+        paired,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_is_the_unbusy_share_of_the_window() {
+        assert_eq!(idle_fraction(40.0, 100.0), 0.6);
+        assert_eq!(idle_fraction(120.0, 100.0), 0.0);
+        assert!(idle_fraction(1.0, 0.0).is_nan());
+        assert!(idle_fraction(f64::NAN, 100.0).is_nan(), "unknown busy time");
+    }
+}

@@ -1,0 +1,161 @@
+//! The report's charts, drawn with plotters to SVG and PNG with an embedded font (no system
+//! fonts are assumed), one file per chart over a shared [`style`]: throughput per condition,
+//! the batch-wait distribution, the first timed steps as a timeline, and step time over each
+//! run. [`CHARTS`] lists every chart's name (= file name) and caption once.
+
+mod batch_wait;
+mod step_time;
+pub(crate) mod style;
+mod throughput;
+mod timeline;
+
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use crate::analysis::Analysis;
+use crate::config::ImageFormat;
+use crate::results::{Raw, f64s};
+use style::{e, register_font};
+
+/// A chart of the report: its name (the file is `charts/<name>.svg|png`) and its caption.
+pub struct ChartSpec {
+    pub name: &'static str,
+    pub caption: &'static str,
+}
+
+/// Every chart, in report order.
+pub const CHARTS: [ChartSpec; 4] = [
+    ChartSpec {
+        name: "throughput",
+        caption: "Throughput per condition: bar = median of rounds, dots = runs, whisker = 95 % bootstrap CI of the median.",
+    },
+    ChartSpec {
+        name: "batch_wait",
+        caption: "Time spent waiting for each batch, every timed step (log scale); the bar marks the median.",
+    },
+    ChartSpec {
+        name: "timeline",
+        caption: "The first five timed steps of each condition's first run: batch_wait, h2d and compute segments.",
+    },
+    ChartSpec {
+        name: "step_time",
+        caption: "Step time over each timed run.",
+    },
+];
+
+/// One step's (batch_wait, h2d, compute, step) in ms.
+pub type StepTimes = [f64; 4];
+
+/// Data the charts need, taken once from the raw steps.
+pub struct ChartData<'a> {
+    pub analysis: &'a Analysis,
+    pub conditions: Vec<String>,
+    /// (condition index, run, steps' (batch_wait, h2d, compute, step) ms).
+    pub runs: Vec<(usize, i64, Vec<StepTimes>)>,
+}
+
+impl<'a> ChartData<'a> {
+    pub fn new(raw: &Raw, analysis: &'a Analysis) -> Result<Self, String> {
+        let conditions: Vec<String> = analysis
+            .conditions
+            .iter()
+            .map(|c| c.condition.clone())
+            .collect();
+        let col = |n: &str| f64s(&raw.steps, n).map_err(e);
+        let run_col = col("run")?;
+        let step_col = col("step")?;
+        let (w, h, c, s) = (
+            col("batch_wait_ms")?,
+            col("h2d_ms")?,
+            col("compute_ms")?,
+            col("step_ms")?,
+        );
+        let mut runs = Vec::new();
+        for r in &analysis.runs {
+            let Some(ci) = conditions.iter().position(|n| *n == r.condition) else {
+                continue;
+            };
+            let mut rows: Vec<(f64, StepTimes)> = (0..run_col.len())
+                .filter(|&i| run_col[i] as i64 == r.run)
+                .map(|i| (step_col[i], [w[i], h[i], c[i], s[i]]))
+                .collect();
+            rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+            runs.push((ci, r.run, rows.into_iter().map(|(_, v)| v).collect()));
+        }
+        Ok(ChartData {
+            analysis,
+            conditions,
+            runs,
+        })
+    }
+}
+
+macro_rules! render {
+    ($dir:expr, $name:expr, $formats:expr, $size:expr, $draw:path, $data:expr) => {{
+        let mut written = Vec::new();
+        for format in $formats {
+            let path = $dir.join(format!(
+                "{}.{}",
+                $name,
+                match format {
+                    ImageFormat::Svg => "svg",
+                    ImageFormat::Png => "png",
+                }
+            ));
+            match format {
+                ImageFormat::Svg => {
+                    let root = SVGBackend::new(&path, $size).into_drawing_area();
+                    $draw(&root, $data)?;
+                    root.present().map_err(e)?;
+                }
+                ImageFormat::Png => {
+                    let root = BitMapBackend::new(&path, $size).into_drawing_area();
+                    $draw(&root, $data)?;
+                    root.present().map_err(e)?;
+                }
+            }
+            written.push(path);
+        }
+        written
+    }};
+}
+
+/// Draw every chart of [`CHARTS`] into `dir`; returns each chart's name and files.
+pub fn draw_all(
+    dir: &Path,
+    formats: &[ImageFormat],
+    data: &ChartData,
+) -> Result<Vec<(String, Vec<PathBuf>)>, String> {
+    register_font();
+    std::fs::create_dir_all(dir)
+        .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+    let n = data.conditions.len().max(1) as u32;
+    let legend = style::LEGEND_WIDTH;
+    let wide = (900u32.max(160 * n + 200) + legend, 520u32);
+    let mut out = Vec::new();
+    for spec in &CHARTS {
+        let files = match spec.name {
+            "throughput" => render!(dir, spec.name, formats, wide, throughput::draw, data),
+            "batch_wait" => render!(dir, spec.name, formats, wide, batch_wait::draw, data),
+            "timeline" => render!(
+                dir,
+                spec.name,
+                formats,
+                (1000 + legend, 160 + 70 * n),
+                timeline::draw,
+                data
+            ),
+            _ => render!(
+                dir,
+                spec.name,
+                formats,
+                (1000 + legend, 520),
+                step_time::draw,
+                data
+            ),
+        };
+        out.push((spec.name.to_string(), files));
+    }
+    Ok(out)
+}

@@ -1,0 +1,436 @@
+//! `report.md`, one function per section over one table helper. Renders what analysis
+//! computed and judged; decides nothing.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use super::charts::CHARTS;
+use super::table::{Align, Table};
+use super::verdict::verdict;
+use crate::analysis::Analysis;
+use crate::format::{ms, pct, rate, ratio, thousands};
+use crate::results::{CHARTS_DIR, CONFIG_TOML, Raw};
+
+use Align::{Left, Right};
+
+/// The whole report: title, verdict, setup, results, charts, profiles, warnings, method and
+/// how to reproduce it.
+pub fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> String {
+    [
+        title(raw),
+        format!("## Verdict\n\n{}\n\n", verdict(a, raw.meta.all_on_cpu())),
+        setup(raw),
+        results(a),
+        runs(a),
+        order_and_determinism(a),
+        charts_section(charts),
+        profiles(raw, a),
+        warnings(raw, a),
+        format!("## How this was measured\n\n{}\n\n", raw.meta.timing_note),
+        reproduce(raw),
+    ]
+    .concat()
+}
+
+fn title(raw: &Raw) -> String {
+    let e = &raw.plan.experiment;
+    let mut md = format!("# {}: is the training step waiting for data?\n\n", e.name);
+    if !e.description.is_empty() {
+        let _ = writeln!(md, "{}\n", e.description);
+    }
+    if raw.meta.interrupted {
+        md.push_str(
+            "> **Interrupted run**: only the measurements taken before the interruption are here.\n\n",
+        );
+    }
+    md
+}
+
+/// `name(param=value, …)` for each transform, in order.
+fn transforms(s: &crate::config::Settings) -> String {
+    let ops: Vec<String> = s
+        .transforms
+        .iter()
+        .map(|t| {
+            let v = serde_json::to_value(t).unwrap_or_default();
+            let params: Vec<String> = v
+                .as_object()
+                .map(|o| {
+                    o.iter()
+                        .filter(|(k, _)| *k != "op")
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!("{}({})", t.op_name(), params.join(", "))
+        })
+        .collect();
+    ops.join(" → ")
+}
+
+fn setup(raw: &Raw) -> String {
+    let (p, meta) = (&raw.plan, &raw.meta);
+    let e = &p.experiment;
+    let mut t = Table::new([("setting", Left), ("value", Left)]);
+    if let Some(s) = p.conditions.first().map(|c| &c.config) {
+        let first = meta.conditions.first();
+        let rows = [
+            (
+                "dataset",
+                first.map(|c| c.dataset.clone()).unwrap_or_default(),
+            ),
+            ("transforms (per sample, CPU)", transforms(s)),
+            ("batch size", s.loader.batch_size.to_string()),
+            (
+                "model / optimizer",
+                format!(
+                    "SmallCNN / Adam (lr {}, betas {:?}, eps {})",
+                    s.optimizer.lr, s.optimizer.betas, s.optimizer.eps
+                ),
+            ),
+            ("seed", e.seed.to_string()),
+            (
+                "steps per run",
+                format!(
+                    "{} warm-up (untimed) + {} timed",
+                    e.warmup_steps, e.timed_steps
+                ),
+            ),
+            (
+                "rounds, order",
+                format!("{}, {:?}", e.rounds, e.order).to_lowercase(),
+            ),
+            (
+                "profiled run",
+                if e.profile {
+                    format!(
+                        "{} steps per condition, separate from the timed runs",
+                        e.profile_steps
+                    )
+                } else {
+                    "off".into()
+                },
+            ),
+            (
+                "prefetch / persistent workers / pin memory",
+                format!(
+                    "{} / {} / {}",
+                    s.loader.prefetch_factor,
+                    s.loader.persistent_workers,
+                    first.map(|c| c.pin_memory.as_str()).unwrap_or("")
+                ),
+            ),
+        ];
+        for (k, v) in rows {
+            t.row([k.to_string(), v]);
+        }
+    }
+    for c in &meta.conditions {
+        let overrides = p
+            .conditions
+            .iter()
+            .find(|pc| pc.name == c.name)
+            .map(|pc| {
+                pc.overrides
+                    .iter()
+                    .map(|(k, v)| format!("{k} = {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .filter(|o| !o.is_empty())
+            .unwrap_or_else(|| "base settings".into());
+        t.row([
+            format!("condition `{}`", c.name),
+            format!("{overrides} on {}", c.device),
+        ]);
+    }
+    if let Some(tasks) = &meta.tasks {
+        let list: Vec<String> = tasks
+            .iter()
+            .map(|t| {
+                let runs: Vec<String> = t.runs.iter().map(|r| r.to_string()).collect();
+                let host = if t.host.is_empty() { "?" } else { &t.host };
+                format!("`{}` ran {} on {host}", t.dir, runs.join(", "))
+            })
+            .collect();
+        t.row([
+            "execution".to_string(),
+            format!(
+                "{} separate tasks (Slurm job array), merged: {}",
+                tasks.len(),
+                list.join("; ")
+            ),
+        ]);
+    }
+    format!("## Setup\n\n{}\n", t.render())
+}
+
+fn results(a: &Analysis) -> String {
+    let mut t = Table::new([
+        ("condition".to_string(), Left),
+        ("runs".into(), Right),
+        ("img/s (median)".into(), Right),
+        ("img/s min–max".into(), Right),
+        (format!("speed-up vs `{}` (95 % CI)", a.baseline), Right),
+        ("batch_wait p50 / p95 / max, ms".into(), Right),
+        ("compute median, ms".into(), Right),
+        ("step median, ms".into(), Right),
+        ("waiting share".into(), Right),
+        ("device idle".into(), Right),
+        ("worker start-up, ms".into(), Right),
+    ]);
+    for c in &a.conditions {
+        let speed = match &c.speedup {
+            Some(s) => format!(
+                "{} ({}–{})",
+                ratio(s.ratio.point),
+                ratio(s.ratio.low),
+                ratio(s.ratio.high)
+            ),
+            None => "baseline".into(),
+        };
+        t.row([
+            format!("`{}`", c.condition),
+            c.runs.to_string(),
+            rate(c.img_per_s.point),
+            format!("{}–{}", rate(c.img_per_s_min), rate(c.img_per_s_max)),
+            speed,
+            format!(
+                "{} / {} / {}",
+                ms(c.batch_wait_p50_ms),
+                ms(c.batch_wait_p95_ms),
+                ms(c.batch_wait_max_ms)
+            ),
+            ms(c.compute_median_ms),
+            ms(c.step_median_ms),
+            pct(c.wait_share),
+            pct(c.device_idle_median),
+            ms(c.startup_ms_median),
+        ]);
+    }
+    let mut md = format!("## Results\n\n{}\n", t.render());
+    let paired: Vec<String> = a
+        .conditions
+        .iter()
+        .filter_map(|c| {
+            let rounds: Vec<String> = c
+                .speedup
+                .as_ref()?
+                .paired
+                .iter()
+                .map(|(r, x)| format!("round {r}: {}", ratio(*x)))
+                .collect();
+            Some(format!("`{}`: {}", c.condition, rounds.join(", ")))
+        })
+        .collect();
+    if !paired.is_empty() {
+        let _ = writeln!(
+            md,
+            "Speed-up paired by round (each round ran every condition once): {}.\n",
+            paired.join("; ")
+        );
+    }
+    md
+}
+
+fn runs(a: &Analysis) -> String {
+    let mut t = Table::new([
+        ("run", Right),
+        ("round", Right),
+        ("position", Right),
+        ("condition", Left),
+        ("img/s", Right),
+        ("batch_wait median / p95, ms", Right),
+        ("step median, ms", Right),
+        ("waiting share", Right),
+        ("device idle", Right),
+    ]);
+    for r in &a.runs {
+        t.row([
+            r.run.to_string(),
+            r.round.to_string(),
+            r.position.to_string(),
+            format!("`{}`", r.condition),
+            format!(
+                "{}{}",
+                rate(r.img_per_s),
+                if r.interrupted { " (interrupted)" } else { "" }
+            ),
+            format!(
+                "{} / {}",
+                ms(r.batch_wait_median_ms),
+                ms(r.batch_wait_p95_ms)
+            ),
+            ms(r.step_median_ms),
+            pct(r.wait_share),
+            pct(r.device_idle),
+        ]);
+    }
+    format!("Every timed run, round by round:\n\n{}\n", t.render())
+}
+
+fn order_and_determinism(a: &Analysis) -> String {
+    let mut md = String::new();
+    let order: Vec<String> = a
+        .conditions
+        .iter()
+        .filter_map(|c| {
+            let o = &c.order_effect;
+            Some(format!(
+                "`{}` first {} vs later {} img/s{}",
+                c.condition,
+                rate(o.first_median_img_per_s?),
+                rate(o.later_median_img_per_s?),
+                if o.flagged {
+                    " (**flagged**: the gap exceeds the spread within positions)"
+                } else {
+                    ""
+                }
+            ))
+        })
+        .collect();
+    if !order.is_empty() {
+        let _ = writeln!(
+            md,
+            "Order effect (median img/s of runs in first vs later positions): {}.\n",
+            order.join("; ")
+        );
+    }
+    let d = &a.determinism;
+    let det = if d.identical {
+        "every timed run of every condition saw bit-identical batches (same fingerprint sequence)."
+            .to_string()
+    } else if d.inconsistent_conditions.is_empty() {
+        let groups: Vec<String> = d
+            .groups
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .collect();
+        format!(
+            "rounds of each condition saw identical batches; conditions fall into groups with different data settings: {}.",
+            groups.join(" | ")
+        )
+    } else {
+        format!(
+            "**batches differed between rounds of {}**.",
+            d.inconsistent_conditions.join(", ")
+        )
+    };
+    let _ = writeln!(md, "Determinism: {det}\n");
+    md
+}
+
+fn charts_section(charts: &[(String, Vec<PathBuf>)]) -> String {
+    if charts.is_empty() {
+        return String::new();
+    }
+    let mut md = "## Charts\n\n".to_string();
+    for (name, files) in charts {
+        let file = files
+            .iter()
+            .find(|f| f.extension().is_some_and(|x| x == "svg"))
+            .or(files.first())
+            .and_then(|f| f.file_name())
+            .map(|f| f.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let caption = CHARTS
+            .iter()
+            .find(|c| c.name == name)
+            .map_or("", |c| c.caption);
+        let _ = writeln!(md, "![{name}]({CHARTS_DIR}/{file})\n\n{caption}\n");
+    }
+    md
+}
+
+fn profiles(raw: &Raw, a: &Analysis) -> String {
+    if a.profiles.is_empty() {
+        return String::new();
+    }
+    let mut md = format!(
+        "## Profiled runs\n\nOne separate run per condition of {} steps after its own warm-up, recorded as a Chrome trace. \
+         Recording adds overhead, so these numbers never enter the speed figures above. Open a file in \
+         [Perfetto](https://ui.perfetto.dev) (\"Open trace file\") or `chrome://tracing`: the training \
+         thread (`main`) shows `batch_wait`, `h2d_transfer` and `forward_backward_adam` for each step, \
+         and each loader worker has its own `loader-worker-N` track with one `build_batch` span per batch.\n\n",
+        raw.plan.experiment.profile_steps
+    );
+    for prof in &a.profiles {
+        let _ = writeln!(
+            md,
+            "**`{}`** — [`{}`]({}) ({} KiB), profiled window {} ms\n",
+            prof.condition,
+            prof.file,
+            prof.file,
+            thousands(prof.bytes.div_ceil(1024) as f64),
+            ms(prof.window_ms)
+        );
+        let mut t = Table::new([
+            ("track", Left),
+            ("span", Left),
+            ("count", Right),
+            ("total, ms", Right),
+            ("mean, ms", Right),
+            ("share of window", Right),
+        ]);
+        for r in &prof.rows {
+            t.row([
+                r.track.clone(),
+                format!("`{}`", r.span),
+                r.count.to_string(),
+                ms(r.total_ms),
+                ms(r.mean_ms),
+                pct(r.share),
+            ]);
+        }
+        let _ = writeln!(md, "{}", t.render());
+    }
+    md
+}
+
+fn warnings(raw: &Raw, a: &Analysis) -> String {
+    let notices = raw.meta.notices.iter().map(|n| format!("note: {n}"));
+    let all: Vec<String> = a.warnings.iter().cloned().chain(notices).collect();
+    if all.is_empty() {
+        return String::new();
+    }
+    let items: Vec<String> = all.iter().map(|w| format!("- {w}\n")).collect();
+    format!("## Warnings\n\n{}\n", items.concat())
+}
+
+fn reproduce(raw: &Raw) -> String {
+    let (meta, env) = (&raw.meta, &raw.meta.environment);
+    let commit = env
+        .git_commit
+        .as_ref()
+        .map(|c| {
+            let dirty = if env.git_dirty == Some(true) {
+                " with uncommitted changes"
+            } else {
+                ""
+            };
+            format!(" at commit {c}{dirty}")
+        })
+        .unwrap_or_default();
+    format!(
+        "## Reproduce\n\n```\n{}\n```\n\n\
+         Machine: {} ({} cores, {} GiB), {}; devices: {}. Built with {} ({} profile, opt-level {}), loaderlab {}{commit}.\n\n\
+         Raw data: `steps.csv` (one row per timed step), `runs.csv` (one row per timed run), `steps.parquet`, \
+         `summary.csv`, `result.json`; configuration as run: `{CONFIG_TOML}`. Rebuild this report with \
+         `loaderlab report <this folder>`; check it with `loaderlab verify <this folder>`.\n",
+        meta.command,
+        env.cpu_model,
+        env.cores,
+        env.memory_gib,
+        env.os,
+        env.devices.join(", "),
+        meta.rustc,
+        meta.build_profile,
+        meta.build_opt_level,
+        meta.loaderlab_version,
+    )
+}

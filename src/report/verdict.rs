@@ -1,0 +1,120 @@
+//! The plain-words answer: the judgements analysis made, rendered with their figures.
+
+use std::fmt::Write as _;
+
+use crate::analysis::{Analysis, LoaderVerdict};
+use crate::format::{ms, pct, rate, ratio};
+
+/// A threshold as the setting reads: 0.5 → "50 %" (a set value, not a measured figure).
+fn threshold(share: f64) -> String {
+    format!("{} %", share * 100.0)
+}
+
+pub fn verdict(a: &Analysis, on_cpu: bool) -> String {
+    let mut out = String::new();
+    let Some(base) = a.conditions.iter().find(|c| c.condition == a.baseline) else {
+        return "No completed timed run: nothing to compare.".into();
+    };
+    for c in a.conditions.iter().filter(|c| c.condition != a.baseline) {
+        let Some(s) = &c.speedup else { continue };
+        let r = &s.ratio;
+        if s.beyond_noise {
+            let (word, factor) = if r.point >= 1.0 {
+                ("faster", r.point)
+            } else {
+                ("slower", 1.0 / r.point)
+            };
+            let _ = write!(
+                out,
+                "With {} the model trained {} {word} than with {} ({} vs {} img/s; 95 % CI of the ratio {}–{}, {} vs {} runs). ",
+                c.condition,
+                ratio(factor),
+                base.condition,
+                rate(c.img_per_s.point),
+                rate(base.img_per_s.point),
+                ratio(r.low),
+                ratio(r.high),
+                c.runs,
+                base.runs
+            );
+        } else {
+            let _ = write!(
+                out,
+                "{} against {}: no difference beyond noise ({}; the 95 % CI {}–{} includes 1). ",
+                c.condition,
+                base.condition,
+                ratio(r.point),
+                ratio(r.low),
+                ratio(r.high)
+            );
+        }
+    }
+    let t = &base.judgement.thresholds;
+    let _ = write!(
+        out,
+        "At {} the training thread waited a median {} ms of a median {} ms step for data ({} of all step time): {}.",
+        base.condition,
+        ms(base.batch_wait_p50_ms),
+        ms(base.step_median_ms),
+        pct(base.wait_share),
+        match base.judgement.loader {
+            LoaderVerdict::Bottleneck => format!(
+                "the loader was the bottleneck (at least {} waiting)",
+                threshold(t.bottleneck_wait_share)
+            ),
+            LoaderVerdict::PartialBottleneck => format!(
+                "the loader was a partial bottleneck ({} to {} waiting)",
+                threshold(t.partial_wait_share),
+                threshold(t.bottleneck_wait_share)
+            ),
+            LoaderVerdict::KeptUp => format!(
+                "the loader kept up (under {} waiting)",
+                threshold(t.partial_wait_share)
+            ),
+        }
+    );
+    if let Some(best) = a
+        .conditions
+        .iter()
+        .filter(|c| c.condition != base.condition)
+        .min_by(|x, y| x.wait_share.total_cmp(&y.wait_share))
+    {
+        let stalls = if best.judgement.stalls {
+            format!(
+                "; its 95th percentile, {} ms, shows stalls remain",
+                ms(best.batch_wait_p95_ms)
+            )
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            out,
+            " With {} the wait was {} ms per step at the median ({} of step time{stalls}).",
+            best.condition,
+            ms(best.batch_wait_p50_ms),
+            pct(best.wait_share),
+        );
+    }
+    let idle: Vec<String> = a
+        .conditions
+        .iter()
+        .filter(|c| c.device_idle_median.is_finite())
+        .map(|c| format!("{} at {}", pct(c.device_idle_median), c.condition))
+        .collect();
+    if !idle.is_empty() {
+        let device = if on_cpu { "training step" } else { "GPU" };
+        let clock = a.conditions.first().map_or("", |c| c.device_clock.as_str());
+        let _ = write!(
+            out,
+            " Share of the timed window in which the {device} sat idle: {} (median over runs; busy time from {clock}).",
+            idle.join(", ")
+        );
+    }
+    if on_cpu {
+        out.push_str(
+            " Training ran on the CPU, so \"waiting for data\" here means the training thread sat idle \
+             in the loader; loader workers also compete with training for the same cores.",
+        );
+    }
+    out
+}
