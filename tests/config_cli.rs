@@ -672,3 +672,30 @@ fn bench_reports_the_chain_the_loader_and_the_ceiling() {
         assert!(median.is_finite() && median > 0.0, "{line}");
     }
 }
+
+#[test]
+fn a_number_too_large_for_any_setting_names_its_key() {
+    // BASE is lines 1–8; [loader] is line 9, the value line 10.
+    let text = format!("{BASE}\n[loader]\nworkers = 99999999999999999999\n");
+    rejects(&text, 10, "loader.workers", "too large");
+}
+
+#[test]
+fn range_problems_come_with_type_and_unknown_key_problems_of_the_same_file() {
+    // One type problem, one unknown key, two range problems: all four in one pass.
+    let text = format!(
+        "{BASE}\n[loader]\nworkers = \"four\"\nbatch_size = 0\nprefetch = 2\n\n[protocol]\nrounds = 0\n"
+    );
+    let stderr = rejects(&text, 10, "loader.workers", "expected an integer");
+    for (line, key) in [
+        (":11:", "loader.batch_size"),
+        (":12:", "loader.prefetch"),
+        (":15:", "protocol.rounds"),
+    ] {
+        assert!(
+            stderr.lines().any(|l| l.contains(line) && l.contains(key)),
+            "{key} at {line} missing from:\n{stderr}"
+        );
+    }
+    assert!(stderr.contains("(4 problems)"), "{stderr}");
+}

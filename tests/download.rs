@@ -192,6 +192,7 @@ fn all_mirrors_failing_lists_what_was_tried() {
         "truncated",
         "place",
         "MD5",
+        "--set dataset.kind=synthetic",
     ] {
         assert!(
             message.contains(needle),

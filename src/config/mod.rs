@@ -3,8 +3,12 @@
 //! `load` is the only way in: it returns a fully validated [`Experiment`] (one resolved
 //! [`Settings`] per condition) or every problem found, each naming where it came from.
 
+mod layers;
 mod load;
+mod locate;
+mod matrix;
 mod problem;
+mod raw;
 mod resolved;
 mod schema;
 mod validate;

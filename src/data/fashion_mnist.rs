@@ -249,7 +249,10 @@ fn download(
         } else {
             tried.join("\n")
         },
-        hint: format!("To continue without network access, {hint}."),
+        hint: format!(
+            "To continue without network access, {hint}. {}",
+            super::TRY_SYNTHETIC
+        ),
     })
 }
 

@@ -36,6 +36,11 @@ pub trait Dataset: Send + Sync {
     fn describe(&self) -> String;
 }
 
+/// The one-line way to try an experiment without its dataset, given with every "dataset not
+/// available" message.
+pub const TRY_SYNTHETIC: &str = "To try the experiment on generated data instead, add \
+`--set dataset.kind=synthetic` to the command.";
+
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     #[error("cannot read {}: {source}", path.display())]
@@ -57,7 +62,7 @@ pub enum DataError {
     },
     #[error(
         "{} is missing and dataset.download = false; set download = true or place the file \
-         there by hand ({hint})",
+         there by hand ({hint}). {TRY_SYNTHETIC}",
         path.display()
     )]
     Missing { path: PathBuf, hint: String },

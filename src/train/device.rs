@@ -58,6 +58,9 @@ fn cuda(ordinal: usize) -> Result<Chosen, DeviceError> {
     let unavailable = |reason: String| DeviceError::Unavailable { ordinal, reason };
     // With cudarc's dynamic loading a missing library panics instead of erring, and
     // `cuda_if_available` errs instead of falling back: check first, then catch.
+    // SAFETY: is_culib_present only tries to dlopen the library by name (running its
+    // initialisers, which ask nothing of the caller) and closes it again; no other thread of
+    // ours touches CUDA while a device is being chosen.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return Err(unavailable(
             "no CUDA driver library (libcuda.so.1) found; is an NVIDIA driver installed?".into(),
@@ -85,9 +88,11 @@ fn cuda(ordinal: usize) -> Result<Chosen, DeviceError> {
         Ok(Err(e)) => Err(unavailable(e)),
         Err(panic) => {
             let mut missing = Vec::new();
+            // SAFETY: as for the driver above: a trial dlopen by name, nothing else.
             if !unsafe { cudarc::cublas::sys::is_culib_present() } {
                 missing.push("libcublas.so.13 (+ libcublasLt.so.13)");
             }
+            // SAFETY: as for the driver above: a trial dlopen by name, nothing else.
             if !unsafe { cudarc::curand::sys::is_culib_present() } {
                 missing.push("libcurand.so.10");
             }

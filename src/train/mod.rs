@@ -142,8 +142,8 @@ pub fn to_device(batch: &Batch, device: &Device) -> Result<(Tensor, Tensor)> {
 /// reused. Called once before training; affects only this process's allocator.
 pub fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator thresholds; it is called before any training
-    // thread exists.
+    // SAFETY: mallopt only changes allocator thresholds, under glibc's own arena lock, so it
+    // is sound while other threads (the compute pool) exist; no memory is touched.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
         libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);

@@ -249,7 +249,7 @@ unsafe fn crop_resize_avx2(
 #[target_feature(enable = "avx2")]
 fn hpass3_avx2(row: &[u8; 32], l: &Lanes32, out: &mut [u8; 32]) {
     use std::arch::x86_64::*;
-    // SAFETY (whole body): unaligned loads and stores of exactly 32 bytes / 8 i32 from arrays
+    // SAFETY: (the whole body) unaligned loads and stores of exactly 32 bytes / 8 i32 from arrays
     // of that size; the rest are register operations available with AVX2.
     unsafe {
         let r = _mm256_loadu_si256(row.as_ptr() as *const __m256i);
