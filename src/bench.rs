@@ -12,10 +12,12 @@ use serde::Serialize;
 
 use crate::analysis::median;
 use crate::config::{OptimizerSection, Settings};
+use crate::data::Dataset;
 use crate::data::{IMAGE_PIXELS, IMAGE_SIDE};
-use crate::loader::{Loader, LoaderConfig};
+use crate::loader::{Batch, BatchBuilder, Loader, LoaderConfig, LoaderError};
 use crate::runner::DataSetup;
 use crate::train::{ComputePool, InitialWeights, Layers, Trainer};
+use crate::transforms::Pipeline;
 use crate::transforms::Scratch;
 
 #[derive(Debug, Clone, Serialize)]
@@ -136,7 +138,7 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
                     // As workers = 0 (one thread, one buffer) and as workers = 2 (two
                     // threads, prefetch_factor buffers each).
                     let buffers = if threads == 1 { 1 } else { cfg.prefetch_factor };
-                    alone[threads - 1].push(crate::loader::independent_rate(
+                    alone[threads - 1].push(independent_rate(
                         Arc::clone(&dataset),
                         Arc::clone(&pipeline),
                         cfg,
@@ -193,6 +195,64 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
             .map(|(name, unit, values)| Measurement::new(name, unit, values)),
     );
     Ok(results)
+}
+
+/// The loader's batch work with the hand-off taken away: `threads` threads each build every
+/// `threads`-th of `batches` batches into a private ring of `buffers` batch buffers, with no
+/// channels, no ordering and no consumer; timed until the last thread is done. Returns images
+/// per second, or the first builder's failure (a panic names thread and batch, as a worker's).
+///
+/// With one buffer on one thread this is the serial loader's work (workers = 0); with
+/// `prefetch_factor` buffers on N threads, N workers' work. The ratio of the two is the ceiling
+/// of the loader's speed-up on this machine: equal shares, as round-robin assignment gives
+/// each worker, so a slower core holds the total back just as it holds back in-order delivery,
+/// but nothing ever waits for anything else. `bench` sets the loader's speed-up beside it, so a
+/// loader shortfall can be told apart from a machine that does not scale (shared caches and
+/// memory, cores of unequal speed on a busy host).
+pub fn independent_rate(
+    dataset: Arc<dyn Dataset>,
+    pipeline: Arc<Pipeline>,
+    cfg: LoaderConfig,
+    threads: usize,
+    buffers: usize,
+    batches: u64,
+) -> Result<f64, LoaderError> {
+    let (threads, buffers) = (threads.max(1), buffers.max(1));
+    let start = std::sync::Barrier::new(threads + 1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let start = &start;
+                let mut builder =
+                    BatchBuilder::new(Arc::clone(&dataset), Arc::clone(&pipeline), cfg.clone());
+                scope.spawn(move || {
+                    let mut ring: Vec<Batch> = (0..buffers).map(|_| Batch::default()).collect();
+                    // Every buffer of the ring is built into once before the clock starts, as
+                    // the loader's warm-up does; a failure still reaches the barrier (no hang).
+                    let warm = ring.iter_mut().enumerate().try_for_each(|(i, batch)| {
+                        builder.build(t, (t + i * threads) as u64, batch)
+                    });
+                    start.wait();
+                    warm?;
+                    let mut images = 0;
+                    for (i, k) in (t as u64..batches).step_by(threads).enumerate() {
+                        let batch = &mut ring[i % buffers];
+                        builder.build(t, k, batch)?;
+                        images += batch.len;
+                    }
+                    Ok::<usize, LoaderError>(images)
+                })
+            })
+            .collect();
+        start.wait();
+        let started = Instant::now();
+        let mut images = 0;
+        for h in handles {
+            // Builders catch their own panics; anything else is a bug, passed on as a panic.
+            images += h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+        }
+        Ok(images as f64 / started.elapsed().as_secs_f64())
+    })
 }
 
 /// Rounds of register-only integer arithmetic per second on `threads` threads, each doing

@@ -22,6 +22,9 @@ pub mod config;
 // The runs in order.
 pub mod plan;
 
+// The names of the trace spans.
+pub mod spans;
+
 // Datasets behind one trait.
 pub mod data;
 

@@ -97,7 +97,7 @@ fn dropping_a_busy_loader_returns_promptly() {
 
 #[test]
 fn independent_builders_report_a_panic_instead_of_hanging() {
-    use loaderlab::loader::independent_rate;
+    use loaderlab::bench::independent_rate;
     let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, 28));
     let good = Arc::new(Synthetic::new(64, 10, 3));
     let rate = independent_rate(good, pipeline.clone(), config(2), 2, 2, 8).unwrap();

@@ -7,12 +7,17 @@
 //! N. A worker that panics or fails surfaces as an error naming the worker and batch, never a
 //! hang; dropping the loader stops and joins its threads.
 
+mod batch;
+mod pool;
+
+pub use batch::{Batch, HostBlock, HostMemory};
+use pool::Pool;
+pub(crate) use pool::panic_message;
+
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -20,7 +25,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::config::Settings;
 use crate::data::{Dataset, IMAGE_PIXELS};
 use crate::hash::{Fingerprint, splitmix};
-use crate::trace;
+use crate::spans;
 use crate::transforms::{Pipeline, Scratch};
 
 /// Loader settings, resolved.
@@ -45,109 +50,6 @@ impl LoaderConfig {
             drop_last: s.loader.drop_last,
             persistent_workers: s.loader.persistent_workers,
             seed: s.experiment.seed,
-        }
-    }
-}
-
-/// Where batch images live when not in an ordinary `Vec`: page-locked (pinned) host memory a
-/// CUDA device can copy from asynchronously. The loader knows nothing about CUDA; a `cuda`
-/// build passes an implementation to [`Loader::with_memory`].
-pub trait HostMemory: Send + Sync {
-    /// A block of `len` floats, zeroed. Called once per reusable batch buffer.
-    fn alloc(&self, len: usize) -> Result<Box<dyn HostBlock>, String>;
-}
-
-/// One block from a [`HostMemory`].
-pub trait HostBlock: Send + std::any::Any {
-    fn as_slice(&self) -> &[f32];
-    /// Waits for any device copy still reading the block before handing it out.
-    fn as_mut_slice(&mut self) -> &mut [f32];
-    fn as_any(&self) -> &dyn std::any::Any;
-}
-
-#[derive(Default)]
-enum Images {
-    #[default]
-    Empty,
-    Heap(Vec<f32>),
-    Block(Box<dyn HostBlock>),
-}
-
-impl Images {
-    /// Make room for `len` floats, allocating only when the size changes.
-    fn ensure(&mut self, len: usize, memory: Option<&dyn HostMemory>) -> Result<(), String> {
-        let have = match self {
-            Images::Empty => None,
-            Images::Heap(v) => Some(v.len()),
-            Images::Block(b) => Some(b.as_slice().len()),
-        };
-        if have != Some(len) {
-            *self = match memory {
-                Some(m) => Images::Block(m.alloc(len)?),
-                None => Images::Heap(vec![0.0; len]),
-            };
-        }
-        Ok(())
-    }
-
-    fn as_slice(&self) -> &[f32] {
-        match self {
-            Images::Empty => &[],
-            Images::Heap(v) => v,
-            Images::Block(b) => b.as_slice(),
-        }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [f32] {
-        match self {
-            Images::Empty => &mut [],
-            Images::Heap(v) => v,
-            Images::Block(b) => b.as_mut_slice(),
-        }
-    }
-}
-
-/// One batch: images as NCHW float32 (C = 1), labels, and a fingerprint of both.
-#[derive(Default)]
-pub struct Batch {
-    /// Global batch number, counting across epochs from 0.
-    pub index: u64,
-    pub epoch: u64,
-    /// Number of samples (smaller than batch_size only for a last partial batch).
-    pub len: usize,
-    /// Side of each image.
-    pub side: usize,
-    images: Images,
-    labels: Vec<u32>,
-    pub fingerprint: u64,
-}
-
-impl std::fmt::Debug for Batch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Batch")
-            .field("index", &self.index)
-            .field("epoch", &self.epoch)
-            .field("len", &self.len)
-            .field("side", &self.side)
-            .field("pinned", &matches!(self.images, Images::Block(_)))
-            .field("fingerprint", &self.fingerprint)
-            .finish()
-    }
-}
-
-impl Batch {
-    pub fn images(&self) -> &[f32] {
-        &self.images.as_slice()[..self.len * self.side * self.side]
-    }
-    pub fn labels(&self) -> &[u32] {
-        &self.labels[..self.len]
-    }
-    /// The whole reusable image buffer (room for a full batch) when it came from a
-    /// [`HostMemory`]; `None` for ordinary memory.
-    pub fn host_block(&self) -> Option<&dyn HostBlock> {
-        match &self.images {
-            Images::Block(b) => Some(b.as_ref()),
-            _ => None,
         }
     }
 }
@@ -302,7 +204,7 @@ impl Builder {
         batch: &mut Batch,
     ) -> Result<(), LoaderError> {
         std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let _span = tracing::info_span!(trace::BUILD_BATCH, batch = k).entered();
+            let _span = tracing::info_span!(spans::BUILD_BATCH, batch = k).entered();
             self.build(source, k, batch);
         }))
         .map_err(|panic| {
@@ -319,212 +221,32 @@ impl Builder {
     }
 }
 
-struct Worker {
-    free: Option<Sender<Batch>>,
-    done: Receiver<Result<Batch, LoaderError>>,
-    thread: Option<JoinHandle<()>>,
+/// Builds batch *k* exactly as a loader worker does, on the calling thread: the loader's unit
+/// of work, for measurements that need it without the hand-off (`bench`'s ceiling).
+pub struct BatchBuilder {
+    source: Source,
+    builder: Builder,
 }
 
-/// A set of worker threads building batches `first..end`.
-struct Pool {
-    workers: Vec<Worker>,
-    next: u64,
-    end: Option<u64>,
-    lent: Option<Batch>,
-}
-
-impl Pool {
-    fn start(source: &Arc<Source>, first: u64, end: Option<u64>) -> Result<Pool, LoaderError> {
-        let n = source.cfg.workers;
-        let (ready_tx, ready_rx) = unbounded::<()>();
-        let mut workers = Vec::with_capacity(n);
-        for w in 0..n {
-            let (free_tx, free_rx) = unbounded::<Batch>();
-            let (done_tx, done_rx) =
-                bounded::<Result<Batch, LoaderError>>(source.cfg.prefetch_factor);
-            for _ in 0..source.cfg.prefetch_factor {
-                let _ = free_tx.send(Batch::default());
-            }
-            let source = Arc::clone(source);
-            let ready = ready_tx.clone();
-            let thread = std::thread::Builder::new()
-                .name(format!("loader-worker-{w}"))
-                .spawn(move || worker_main(w, n, first, end, &source, free_rx, done_tx, ready))
-                .map_err(|e| LoaderError::Spawn {
-                    worker: w,
-                    message: e.to_string(),
-                })?;
-            workers.push(Worker {
-                free: Some(free_tx),
-                done: done_rx,
-                thread: Some(thread),
-            });
-        }
-        drop(ready_tx);
-        for _ in 0..n {
-            // A worker that dies before it is ready shows up on its first batch.
-            if ready_rx.recv_timeout(Duration::from_secs(60)).is_err() {
-                break;
-            }
-        }
-        Ok(Pool {
-            workers,
-            next: first,
-            end,
-            lent: None,
-        })
-    }
-
-    fn give_back(&mut self) {
-        if let Some(b) = self.lent.take() {
-            let w = (b.index % self.workers.len() as u64) as usize;
-            if let Some(free) = &self.workers[w].free {
-                let _ = free.send(b);
-            }
+impl BatchBuilder {
+    pub fn new(dataset: Arc<dyn Dataset>, pipeline: Arc<Pipeline>, cfg: LoaderConfig) -> Self {
+        let source = Source {
+            dataset,
+            pipeline,
+            cfg,
+            memory: None,
+        };
+        BatchBuilder {
+            builder: Builder::new(&source),
+            source,
         }
     }
 
-    fn next(&mut self) -> Result<&Batch, LoaderError> {
-        self.give_back();
-        let k = self.next;
-        let w = (k % self.workers.len() as u64) as usize;
-        match self.workers[w].done.recv() {
-            Ok(Ok(batch)) => {
-                debug_assert_eq!(batch.index, k);
-                self.next += 1;
-                Ok(self.lent.insert(batch))
-            }
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(LoaderError::WorkerGone {
-                worker: w,
-                batch: k,
-            }),
-        }
+    /// Build batch `k` into `batch`; a panic is an error naming `thread` and the batch.
+    pub fn build(&mut self, thread: usize, k: u64, batch: &mut Batch) -> Result<(), LoaderError> {
+        self.builder
+            .build_caught(&self.source, Some(thread), k, batch)
     }
-}
-
-impl Drop for Pool {
-    fn drop(&mut self) {
-        // Closing the free channels ends workers waiting for a buffer; dropping the done
-        // receivers ends workers waiting to deliver.
-        for w in &mut self.workers {
-            w.free = None;
-        }
-        let threads: Vec<JoinHandle<()>> = self
-            .workers
-            .iter_mut()
-            .filter_map(|w| w.thread.take())
-            .collect();
-        self.workers.clear();
-        for t in threads {
-            let _ = t.join();
-        }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn worker_main(
-    w: usize,
-    n: usize,
-    first: u64,
-    end: Option<u64>,
-    source: &Source,
-    free: Receiver<Batch>,
-    done: Sender<Result<Batch, LoaderError>>,
-    ready: Sender<()>,
-) {
-    let mut builder = Builder::new(source);
-    let _ = ready.send(());
-    drop(ready);
-    // The first batch of ours at or after `first`.
-    let mut k = first + ((w as u64 + n as u64 - first % n as u64) % n as u64);
-    loop {
-        if end.is_some_and(|e| k >= e) {
-            return;
-        }
-        let Ok(mut batch) = free.recv() else { return };
-        let message = builder
-            .build_caught(source, Some(w), k, &mut batch)
-            .map(|()| batch);
-        let failed = message.is_err();
-        if done.send(message).is_err() || failed {
-            return;
-        }
-        k += n as u64;
-    }
-}
-
-pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".into()
-    }
-}
-
-/// The loader's batch work with the hand-off taken away: `threads` threads each build every
-/// `threads`-th of `batches` batches into a private ring of `buffers` batch buffers, with no
-/// channels, no ordering and no consumer; timed until the last thread is done. Returns images
-/// per second, or the first builder's failure (a panic names thread and batch, as a worker's).
-///
-/// With one buffer on one thread this is the serial loader's work (workers = 0); with
-/// `prefetch_factor` buffers on N threads, N workers' work. The ratio of the two is the ceiling
-/// of the loader's speed-up on this machine: equal shares, as round-robin assignment gives
-/// each worker, so a slower core holds the total back just as it holds back in-order delivery,
-/// but nothing ever waits for anything else. `bench` sets the loader's speed-up beside it, so a
-/// loader shortfall can be told apart from a machine that does not scale (shared caches and
-/// memory, cores of unequal speed on a busy host).
-pub fn independent_rate(
-    dataset: Arc<dyn Dataset>,
-    pipeline: Arc<Pipeline>,
-    cfg: LoaderConfig,
-    threads: usize,
-    buffers: usize,
-    batches: u64,
-) -> Result<f64, LoaderError> {
-    let (threads, buffers) = (threads.max(1), buffers.max(1));
-    let source = Source {
-        dataset,
-        pipeline,
-        cfg,
-        memory: None,
-    };
-    let start = std::sync::Barrier::new(threads + 1);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (source, start) = (&source, &start);
-                scope.spawn(move || {
-                    let mut builder = Builder::new(source);
-                    let mut ring: Vec<Batch> = (0..buffers).map(|_| Batch::default()).collect();
-                    // Every buffer of the ring is built into once before the clock starts, as
-                    // the loader's warm-up does; a failure still reaches the barrier (no hang).
-                    let warm = ring.iter_mut().enumerate().try_for_each(|(i, batch)| {
-                        builder.build_caught(source, Some(t), (t + i * threads) as u64, batch)
-                    });
-                    start.wait();
-                    warm?;
-                    let mut images = 0;
-                    for (i, k) in (t as u64..batches).step_by(threads).enumerate() {
-                        let batch = &mut ring[i % buffers];
-                        builder.build_caught(source, Some(t), k, batch)?;
-                        images += batch.len;
-                    }
-                    Ok::<usize, LoaderError>(images)
-                })
-            })
-            .collect();
-        start.wait();
-        let started = Instant::now();
-        let mut images = 0;
-        for h in handles {
-            // Builders catch their own panics; anything else is a bug, passed on as a panic.
-            images += h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
-        }
-        Ok(images as f64 / started.elapsed().as_secs_f64())
-    })
 }
 
 enum Mode {
