@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::analysis::{self, Analysis};
-use crate::results::{RESULT_JSON, Raw, SUMMARY_CSV};
+use crate::results::{RESULT_JSON, Raw, SUMMARY_CSV, f64s, i64s, read_csv, strs};
 use crate::trace::{STEP_SPANS, read_trace};
 
 /// One check and its outcome.
@@ -46,17 +46,54 @@ pub fn verify(dir: &Path) -> Vec<Check> {
         Ok(raw) => raw,
         Err(e) => return vec![check("results folder readable", false, e.to_string())],
     };
-    let mut out = vec![check(
-        "results folder readable",
-        true,
-        dir.display().to_string(),
-    )];
-    let plan = &raw.plan;
     let analysis = analysis::analyse(&raw);
+    let interrupted: Vec<i64> = match &analysis {
+        Ok(a) => a
+            .runs
+            .iter()
+            .filter(|r| r.interrupted)
+            .map(|r| r.run)
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    let mut out = vec![
+        check("results folder readable", true, dir.display().to_string()),
+        runs_cover_the_plan(&raw),
+        steps_cover_the_runs(&raw, &interrupted),
+        rates_match(&raw),
+    ];
+    match &analysis {
+        Ok(a) => out.extend([
+            compare_result(dir, a),
+            compare_summary(dir, a),
+            fingerprints(a),
+        ]),
+        Err(e) => out.push(check(
+            "figures recomputed from the raw rows",
+            false,
+            e.to_string(),
+        )),
+    }
+    if raw.plan.experiment.profile {
+        out.extend(traces(&raw));
+    }
+    out
+}
 
-    // Runs = conditions × rounds, each planned run exactly once.
+/// A column of the runs or steps table (empty when it cannot be read: the counts then fail).
+fn column_f64(df: &polars::prelude::DataFrame, name: &str) -> Vec<f64> {
+    f64s(df, name).unwrap_or_default()
+}
+
+fn column_i64(df: &polars::prelude::DataFrame, name: &str) -> Vec<i64> {
+    i64s(df, name).unwrap_or_default()
+}
+
+/// Runs = conditions × rounds, each planned run exactly once.
+fn runs_cover_the_plan(raw: &Raw) -> Check {
+    let plan = &raw.plan;
     let expected_runs = plan.conditions.len() as u64 * plan.experiment.rounds;
-    let run_ids: Vec<i64> = column_i64(&raw, "runs", "run");
+    let run_ids = column_i64(&raw.runs, "run");
     let mut seen: BTreeMap<i64, usize> = BTreeMap::new();
     for r in &run_ids {
         *seen.entry(*r).or_default() += 1;
@@ -72,7 +109,14 @@ pub fn verify(dir: &Path) -> Vec<Check> {
         .filter(|(_, n)| **n > 1)
         .map(|(r, _)| *r)
         .collect();
-    out.push(check(
+    let listed = |what: &str, v: String| {
+        if v == "[]" {
+            String::new()
+        } else {
+            format!("; {what} runs {v}")
+        }
+    };
+    check(
         "runs = conditions × rounds",
         plan.runs.len() as u64 == expected_runs
             && missing.is_empty()
@@ -83,36 +127,23 @@ pub fn verify(dir: &Path) -> Vec<Check> {
             plan.conditions.len(),
             plan.experiment.rounds,
             run_ids.len(),
-            if missing.is_empty() {
-                String::new()
-            } else {
-                format!("; missing runs {missing:?}")
-            },
-            if duplicated.is_empty() {
-                String::new()
-            } else {
-                format!("; duplicated runs {duplicated:?}")
-            },
+            listed("missing", format!("{missing:?}")),
+            listed("duplicated", format!("{duplicated:?}")),
         ),
-    ));
+    )
+}
 
-    // steps.csv rows = runs × timed_steps, steps 0..timed_steps in each run.
-    let timed = plan.experiment.timed_steps as i64;
-    let step_runs = column_i64(&raw, "steps", "run");
-    let steps = column_i64(&raw, "steps", "step");
+/// steps.csv rows = runs × timed_steps, steps 0..timed_steps in each run (a prefix of them in
+/// an interrupted run).
+fn steps_cover_the_runs(raw: &Raw, interrupted: &[i64]) -> Check {
+    let timed = raw.plan.experiment.timed_steps as i64;
+    let run_ids = column_i64(&raw.runs, "run");
+    let step_runs = column_i64(&raw.steps, "run");
+    let steps = column_i64(&raw.steps, "step");
     let mut per_run: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
     for (r, s) in step_runs.iter().zip(&steps) {
         per_run.entry(*r).or_default().push(*s);
     }
-    let interrupted: Vec<i64> = match &analysis {
-        Ok(a) => a
-            .runs
-            .iter()
-            .filter(|r| r.interrupted)
-            .map(|r| r.run)
-            .collect(),
-        Err(_) => Vec::new(),
-    };
     let mut bad_runs = Vec::new();
     for r in &run_ids {
         let mut s = per_run.get(r).cloned().unwrap_or_default();
@@ -123,11 +154,14 @@ pub fn verify(dir: &Path) -> Vec<Check> {
             bad_runs.push(format!("run {r}: {} rows", s.len()));
         }
     }
-    out.push(check(
+    let missing_rows: i64 = interrupted
+        .iter()
+        .map(|r| timed - per_run.get(r).map_or(0, |s| s.len() as i64))
+        .sum();
+    check(
         "steps.csv rows = runs × timed_steps",
         bad_runs.is_empty()
-            && step_runs.len() as i64
-                == run_ids.len() as i64 * timed - missing_rows(&per_run, &interrupted, timed),
+            && step_runs.len() as i64 == run_ids.len() as i64 * timed - missing_rows,
         format!(
             "{} runs × {timed} steps; steps.csv has {} rows{}",
             run_ids.len(),
@@ -138,134 +172,93 @@ pub fn verify(dir: &Path) -> Vec<Check> {
                 format!("; {}", bad_runs.join(", "))
             }
         ),
-    ));
+    )
+}
 
-    // runs.csv figures agree with themselves and with the steps.
-    let ips = column_f64(&raw, "runs", "img_per_s");
-    let images = column_f64(&raw, "runs", "images");
-    let elapsed = column_f64(&raw, "runs", "elapsed_s");
-    let bad: Vec<String> = (0..ips.len())
+/// runs.csv's img/s = images / elapsed_s in every row.
+fn rates_match(raw: &Raw) -> Check {
+    let run_ids = column_i64(&raw.runs, "run");
+    let ips = column_f64(&raw.runs, "img_per_s");
+    let images = column_f64(&raw.runs, "images");
+    let elapsed = column_f64(&raw.runs, "elapsed_s");
+    let bad: Vec<String> = (0..ips.len().min(images.len()).min(elapsed.len()))
         // runs.csv keeps nanosecond elapsed and 6 decimals of img/s.
         .filter(|&i| (ips[i] - images[i] / elapsed[i]).abs() > 1e-5 * ips[i].abs().max(1.0))
         .map(|i| {
             format!(
                 "run {}: {} ≠ {} / {}",
-                run_ids[i], ips[i], images[i], elapsed[i]
+                run_ids.get(i).copied().unwrap_or(-1),
+                ips[i],
+                images[i],
+                elapsed[i]
             )
         })
         .collect();
-    out.push(check(
+    check(
         "runs.csv img_per_s = images / elapsed_s",
         bad.is_empty(),
         bad.join("; "),
-    ));
+    )
+}
 
-    // Every figure in result.json and summary.csv recomputed from the raw rows.
-    match &analysis {
-        Ok(a) => {
-            out.push(compare_result(dir, a));
-            out.push(compare_summary(dir, a));
-            let d = &a.determinism;
-            out.push(check(
-                "fingerprints identical across conditions",
-                d.identical,
-                if d.identical {
-                    "every timed run saw the same batch sequence".to_string()
-                } else if d.inconsistent_conditions.is_empty() {
-                    format!(
-                        "conditions with different data settings form {} groups: {:?}",
-                        d.groups.len(),
-                        d.groups
-                    )
-                } else {
-                    format!("rounds disagree within {:?}", d.inconsistent_conditions)
-                },
-            ));
-        }
-        Err(e) => out.push(check(
-            "figures recomputed from the raw rows",
-            false,
-            e.to_string(),
-        )),
-    }
+fn fingerprints(a: &Analysis) -> Check {
+    let d = &a.determinism;
+    check(
+        "fingerprints identical across conditions",
+        d.identical,
+        if d.identical {
+            "every timed run saw the same batch sequence".to_string()
+        } else if d.inconsistent_conditions.is_empty() {
+            format!(
+                "conditions with different data settings form {} groups: {:?}",
+                d.groups.len(),
+                d.groups
+            )
+        } else {
+            format!("rounds disagree within {:?}", d.inconsistent_conditions)
+        },
+    )
+}
 
-    // Traces: valid JSON with profile_steps spans of each stage on the training thread.
-    if plan.experiment.profile {
-        for c in &raw.meta.conditions {
+/// Traces: valid JSON with profile_steps spans of each stage on the training thread.
+fn traces(raw: &Raw) -> Vec<Check> {
+    let want = raw.plan.experiment.profile_steps as usize;
+    raw.meta
+        .conditions
+        .iter()
+        .map(|c| {
             let name = format!("trace of {}", c.name);
             let Some(file) = &c.trace else {
-                out.push(check(&name, false, "no trace recorded"));
-                continue;
+                return check(&name, false, "no trace recorded");
             };
-            match read_trace(&dir.join(file)) {
-                Err(e) => out.push(check(&name, false, e.to_string())),
-                Ok((spans, _)) => {
-                    let main = spans.iter().find(|s| s.1 == STEP_SPANS[0]).map(|s| s.0);
-                    let counts: Vec<(String, usize)> = STEP_SPANS
+            let path = raw.dir.join(file);
+            let spans = match read_trace(&path) {
+                Err(e) => return check(&name, false, e.to_string()),
+                Ok((spans, _)) => spans,
+            };
+            let main = spans.iter().find(|s| s.1 == STEP_SPANS[0]).map(|s| s.0);
+            let counts: Vec<(&str, usize)> = STEP_SPANS
+                .iter()
+                .map(|n| {
+                    let k = spans
                         .iter()
-                        .map(|n| {
-                            (
-                                n.to_string(),
-                                spans
-                                    .iter()
-                                    .filter(|s| Some(s.0) == main && s.1 == *n)
-                                    .count(),
-                            )
-                        })
-                        .collect();
-                    let want = plan.experiment.profile_steps as usize;
-                    let ok = counts.iter().all(|(_, n)| *n == want);
-                    let size = std::fs::metadata(dir.join(file))
-                        .map(|m| m.len())
-                        .unwrap_or(0);
-                    out.push(check(
-                        &name,
-                        ok,
-                        format!(
-                            "{file}: {} (want {want} each), {} KiB",
-                            counts
-                                .iter()
-                                .map(|(n, c)| format!("{n} {c}"))
-                                .collect::<Vec<_>>()
-                                .join(", "),
-                            size.div_ceil(1024)
-                        ),
-                    ));
-                }
-            }
-        }
-    }
-    out
-}
-
-fn missing_rows(per_run: &BTreeMap<i64, Vec<i64>>, interrupted: &[i64], timed: i64) -> i64 {
-    interrupted
-        .iter()
-        .map(|r| timed - per_run.get(r).map_or(0, |s| s.len() as i64))
-        .sum()
-}
-
-fn column_f64(raw: &Raw, which: &str, name: &str) -> Vec<f64> {
-    let df = if which == "runs" {
-        &raw.runs
-    } else {
-        &raw.steps
-    };
-    df.column(name)
-        .ok()
-        .and_then(|c| c.cast(&polars::prelude::DataType::Float64).ok())
-        .and_then(|c| {
-            c.f64()
-                .ok()
-                .map(|ca| ca.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
+                        .filter(|s| Some(s.0) == main && s.1 == *n)
+                        .count();
+                    (*n, k)
+                })
+                .collect();
+            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            let listed: Vec<String> = counts.iter().map(|(n, k)| format!("{n} {k}")).collect();
+            check(
+                &name,
+                counts.iter().all(|(_, k)| *k == want),
+                format!(
+                    "{file}: {} (want {want} each), {} KiB",
+                    listed.join(", "),
+                    size.div_ceil(1024)
+                ),
+            )
         })
-        .unwrap_or_default()
-}
-
-fn column_i64(raw: &Raw, which: &str, name: &str) -> Vec<i64> {
-    column_f64(raw, which, name)
-        .into_iter()
-        .map(|v| v as i64)
         .collect()
 }
 
@@ -332,69 +325,46 @@ fn compare_json(
 
 fn compare_summary(dir: &Path, a: &Analysis) -> Check {
     let name = "summary.csv figures match the raw rows";
-    let path = dir.join(SUMMARY_CSV);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) => return check(name, false, format!("{SUMMARY_CSV}: {e}")),
+    let stored = match read_csv(&dir.join(SUMMARY_CSV), &["condition"]) {
+        Ok(df) => df,
+        Err(e) => return check(name, false, e.to_string()),
     };
     let fresh = match analysis::summary_frame(a) {
         Ok(df) => df,
         Err(e) => return check(name, false, e.to_string()),
     };
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
-    let rows: Vec<Vec<String>> = lines.map(split_csv).collect();
-    if rows.len() != fresh.height() {
+    if stored.height() != fresh.height() {
         return check(
             name,
             false,
-            format!("{} rows, recomputed {}", rows.len(), fresh.height()),
+            format!("{} rows, recomputed {}", stored.height(), fresh.height()),
         );
     }
     let mut diffs = Vec::new();
-    for (j, col) in header.iter().enumerate() {
-        let Ok(c) = fresh.column(col) else {
+    for col in stored.get_column_names() {
+        let Ok(f) = fresh.column(col) else {
             diffs.push(format!("unknown column {col}"));
             continue;
         };
-        let Ok(values) = c.cast(&polars::prelude::DataType::String) else {
-            continue;
-        };
-        let Ok(values) = values.str() else { continue };
-        for (i, v) in values.iter().enumerate() {
-            let stored = rows[i].get(j).map(String::as_str).unwrap_or("");
-            let fresh = v.unwrap_or("");
-            let same = match (stored.parse::<f64>(), fresh.parse::<f64>()) {
-                (Ok(x), Ok(y)) => close(x, y),
-                _ => stored == fresh || (stored.is_empty() && fresh == "NaN"),
-            };
-            if !same {
-                diffs.push(format!(
-                    "row {i} {col}: stored {stored}, recomputed {fresh}"
-                ));
+        let numeric = f.dtype().is_primitive_numeric();
+        if numeric {
+            let (s, f) = (column_f64(&stored, col), column_f64(&fresh, col));
+            for (i, (x, y)) in s.iter().zip(&f).enumerate() {
+                if !close(*x, *y) {
+                    diffs.push(format!("row {i} {col}: stored {x}, recomputed {y}"));
+                }
+            }
+        } else {
+            let (s, f) = (
+                strs(&stored, col).unwrap_or_default(),
+                strs(&fresh, col).unwrap_or_default(),
+            );
+            for (i, (x, y)) in s.iter().zip(&f).enumerate() {
+                if x != y {
+                    diffs.push(format!("row {i} {col}: stored {x}, recomputed {y}"));
+                }
             }
         }
     }
     recomputed(name, diffs)
-}
-
-/// Split one CSV line, honouring double quotes.
-fn split_csv(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut field = String::new();
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', true) if chars.peek() == Some(&'"') => {
-                field.push('"');
-                chars.next();
-            }
-            ('"', _) => quoted = !quoted,
-            (',', false) => out.push(std::mem::take(&mut field)),
-            _ => field.push(c),
-        }
-    }
-    out.push(field);
-    out
 }

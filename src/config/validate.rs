@@ -26,10 +26,17 @@ pub fn dataset_len(s: &Settings) -> u64 {
 /// Every problem with one condition's settings.
 pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
     let mut out = Vec::new();
+    check_dataset(s, &mut out);
+    check_transforms(s, &mut out);
+    check_loader(s, &mut out);
+    check_optimizer(s, &mut out);
+    out
+}
+
+/// The dataset section.
+fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let mut bad = |path: KeyPath, message: String| out.push((path, message));
     let key = |section: &str, name: &str| KeyPath::keys([section, name]);
-
-    // dataset
     if s.dataset.kind == DatasetKind::Synthetic {
         if s.dataset.synthetic_size == 0 {
             bad(
@@ -69,8 +76,12 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
             "expected a folder, found an empty string".into(),
         );
     }
+}
 
-    // transforms
+/// The transform chain: pixel ops before to_tensor, exactly one to_tensor, the output size
+/// the model takes, and each op's parameters.
+fn check_transforms(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
+    let mut bad = |path: KeyPath, message: String| out.push((path, message));
     let mut tensor_at = None;
     let mut side = MODEL_INPUT_SIDE;
     let mut side_from = None;
@@ -91,89 +102,22 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
                 ),
             );
         }
-        match t {
-            TransformSpec::RandomResizedCrop(c) => {
-                if c.size == 0 {
-                    bad(at.key("size"), "expected at least 1 pixel, found 0".into());
-                } else {
-                    side = c.size;
-                    side_from = Some(at.key("size"));
-                }
-                let [lo, hi] = c.scale;
-                if !(lo > 0.0 && hi <= 1.0 && lo <= hi) {
-                    bad(
-                        at.key("scale"),
-                        format!(
-                            "expected 0 < low ≤ high ≤ 1 (fractions of the image area), found [{lo}, {hi}]"
-                        ),
-                    );
-                }
-                let [lo, hi] = c.ratio;
-                if !(lo > 0.0 && lo <= hi) {
-                    bad(
-                        at.key("ratio"),
-                        format!("expected 0 < low ≤ high (aspect ratios), found [{lo}, {hi}]"),
-                    );
-                }
-            }
-            TransformSpec::RandomRotation(r) => {
-                if r.degrees < 0.0 || r.degrees > 180.0 {
-                    bad(
-                        at.key("degrees"),
-                        format!(
-                            "expected 0 to 180 (the angle is drawn from [-degrees, degrees]), found {}",
-                            r.degrees
-                        ),
-                    );
-                }
-            }
-            TransformSpec::RandomHorizontalFlip(f) => {
-                if !(0.0..=1.0).contains(&f.p) {
-                    bad(
-                        at.key("p"),
-                        format!("expected a probability from 0 to 1, found {}", f.p),
-                    );
-                }
-            }
-            TransformSpec::ToTensor(_) => {
-                if tensor_at.is_some() {
-                    bad(
-                        at.key("op"),
-                        "to_tensor appears twice; keep one".to_string(),
-                    );
-                }
-                tensor_at = Some(i);
-            }
-            TransformSpec::Normalize(n) => {
-                if tensor_at.is_none() {
-                    bad(
-                        at.key("op"),
-                        "normalize works on tensors and must come after to_tensor".into(),
-                    );
-                }
-                if n.mean.len() != 1 {
-                    bad(
-                        at.key("mean"),
-                        format!(
-                            "expected one value per channel (1 channel), found {}",
-                            n.mean.len()
-                        ),
-                    );
-                }
-                if n.std.len() != 1 {
-                    bad(
-                        at.key("std"),
-                        format!(
-                            "expected one value per channel (1 channel), found {}",
-                            n.std.len()
-                        ),
-                    );
-                }
-                if n.std.iter().any(|v| *v <= 0.0) {
-                    bad(at.key("std"), "expected values > 0".into());
-                }
-            }
+        if let TransformSpec::RandomResizedCrop(c) = t
+            && c.size > 0
+        {
+            side = c.size;
+            side_from = Some(at.key("size"));
         }
+        if matches!(t, TransformSpec::ToTensor(_)) {
+            if tensor_at.is_some() {
+                bad(
+                    at.key("op"),
+                    "to_tensor appears twice; keep one".to_string(),
+                );
+            }
+            tensor_at = Some(i);
+        }
+        check_op(t, &at, tensor_at.is_some(), &mut bad);
     }
     if tensor_at.is_none() {
         bad(
@@ -191,8 +135,93 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
             ),
         );
     }
+}
 
-    // loader
+/// One transform's own parameters; `after_tensor`: a `to_tensor` came before it (or is it).
+fn check_op(
+    t: &TransformSpec,
+    at: &KeyPath,
+    after_tensor: bool,
+    bad: &mut dyn FnMut(KeyPath, String),
+) {
+    match t {
+        TransformSpec::RandomResizedCrop(c) => {
+            if c.size == 0 {
+                bad(at.key("size"), "expected at least 1 pixel, found 0".into());
+            }
+            let [lo, hi] = c.scale;
+            if !(lo > 0.0 && hi <= 1.0 && lo <= hi) {
+                bad(
+                    at.key("scale"),
+                    format!(
+                        "expected 0 < low ≤ high ≤ 1 (fractions of the image area), found [{lo}, {hi}]"
+                    ),
+                );
+            }
+            let [lo, hi] = c.ratio;
+            if !(lo > 0.0 && lo <= hi) {
+                bad(
+                    at.key("ratio"),
+                    format!("expected 0 < low ≤ high (aspect ratios), found [{lo}, {hi}]"),
+                );
+            }
+        }
+        TransformSpec::RandomRotation(r) => {
+            if r.degrees < 0.0 || r.degrees > 180.0 {
+                bad(
+                    at.key("degrees"),
+                    format!(
+                        "expected 0 to 180 (the angle is drawn from [-degrees, degrees]), found {}",
+                        r.degrees
+                    ),
+                );
+            }
+        }
+        TransformSpec::RandomHorizontalFlip(f) => {
+            if !(0.0..=1.0).contains(&f.p) {
+                bad(
+                    at.key("p"),
+                    format!("expected a probability from 0 to 1, found {}", f.p),
+                );
+            }
+        }
+        TransformSpec::ToTensor(_) => {}
+        TransformSpec::Normalize(n) => {
+            if !after_tensor {
+                bad(
+                    at.key("op"),
+                    "normalize works on tensors and must come after to_tensor".into(),
+                );
+            }
+            if n.mean.len() != 1 {
+                bad(
+                    at.key("mean"),
+                    format!(
+                        "expected one value per channel (1 channel), found {}",
+                        n.mean.len()
+                    ),
+                );
+            }
+            if n.std.len() != 1 {
+                bad(
+                    at.key("std"),
+                    format!(
+                        "expected one value per channel (1 channel), found {}",
+                        n.std.len()
+                    ),
+                );
+            }
+            if n.std.iter().any(|v| *v <= 0.0) {
+                bad(at.key("std"), "expected values > 0".into());
+            }
+        }
+    }
+}
+
+/// The loader section.
+fn check_loader(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
+    let mut bad = |path: KeyPath, message: String| out.push((path, message));
+    let key = |section: &str, name: &str| KeyPath::keys([section, name]);
     let l = &s.loader;
     if l.batch_size == 0 {
         bad(
@@ -226,8 +255,12 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
             ),
         );
     }
+}
 
-    // optimizer
+/// The optimizer section.
+fn check_optimizer(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
+    let mut bad = |path: KeyPath, message: String| out.push((path, message));
+    let key = |section: &str, name: &str| KeyPath::keys([section, name]);
     let o = &s.optimizer;
     if o.lr <= 0.0 {
         bad(
@@ -250,7 +283,6 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
             format!("expected a value > 0, found {}", o.eps),
         );
     }
-    out
 }
 
 /// Checks on the settings that describe the whole experiment.
