@@ -57,13 +57,10 @@ impl Measurement {
     }
 }
 
-/// Transform chain on one thread, and the loader without training at 0, 1 and 2 workers.
-pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<Vec<Measurement>> {
-    let DataSetup {
-        dataset, pipeline, ..
-    } = DataSetup::open(settings, quiet)?;
+/// The transform chain alone on one thread, img/s per repetition: images preloaded, so only
+/// the transforms are timed.
+fn chain_rates(dataset: &Arc<dyn Dataset>, pipeline: &Pipeline, repeats: usize) -> Vec<f64> {
     let side = pipeline.out_side();
-    // Images preloaded, so only the transforms are timed.
     let n = dataset.len().min(8192);
     let mut images = vec![0u8; n * IMAGE_PIXELS];
     for i in 0..n {
@@ -93,11 +90,27 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
             chain.push(rate); // the first pass warms caches and buffers
         }
     }
-    let mut results = vec![Measurement::new(
-        "transform chain, 1 thread",
-        "img/s",
-        chain,
-    )];
+    chain
+}
+
+/// Rates per repetition, each list indexed by worker or thread count.
+struct LoaderRates {
+    /// The loader at 0, 1, 2 workers, img/s.
+    rates: [Vec<f64>; 3],
+    /// The independent builders on 1, 2 threads (the no-hand-off ceiling), img/s.
+    alone: [Vec<f64>; 2],
+    /// Register-only arithmetic on 1, 2 threads, rounds/s.
+    arithmetic: [Vec<f64>; 2],
+}
+
+/// The loader's rates at 0, 1 and 2 workers and the two ceilings beside them, interleaved
+/// within each repetition.
+fn loader_rates(
+    dataset: &Arc<dyn Dataset>,
+    pipeline: &Arc<Pipeline>,
+    settings: &Settings,
+    repeats: usize,
+) -> anyhow::Result<LoaderRates> {
     let batch = settings.loader.batch_size as usize;
     // ≈ 65,536 images per repetition (0.1–0.3 s), for the same reason. Each repetition also
     // builds the same batches on one and on two threads that hand nothing over
@@ -139,8 +152,8 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
                     // threads, prefetch_factor buffers each).
                     let buffers = if threads == 1 { 1 } else { cfg.prefetch_factor };
                     alone[threads - 1].push(independent_rate(
-                        Arc::clone(&dataset),
-                        Arc::clone(&pipeline),
+                        Arc::clone(dataset),
+                        Arc::clone(pipeline),
                         cfg,
                         threads,
                         buffers,
@@ -152,7 +165,7 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
                     // Warm-up touches every buffer the loader will cycle through (prefetch ×
                     // workers, or the one serial buffer): no first-touch page faults are timed.
                     let warm_up = (cfg.prefetch_factor * workers).max(1) + 1;
-                    let mut loader = Loader::new(Arc::clone(&dataset), Arc::clone(&pipeline), cfg)?;
+                    let mut loader = Loader::new(Arc::clone(dataset), Arc::clone(pipeline), cfg)?;
                     for _ in 0..warm_up {
                         loader.next_batch()?;
                     }
@@ -166,6 +179,28 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
             }
         }
     }
+    Ok(LoaderRates {
+        rates,
+        alone,
+        arithmetic,
+    })
+}
+
+/// Transform chain on one thread, and the loader without training at 0, 1 and 2 workers.
+pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<Vec<Measurement>> {
+    let DataSetup {
+        dataset, pipeline, ..
+    } = DataSetup::open(settings, quiet)?;
+    let mut results = vec![Measurement::new(
+        "transform chain, 1 thread",
+        "img/s",
+        chain_rates(&dataset, &pipeline, repeats),
+    )];
+    let LoaderRates {
+        rates,
+        alone,
+        arithmetic,
+    } = loader_rates(&dataset, &pipeline, settings, repeats)?;
     let ratio =
         |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(a, b)| a / b).collect() };
     let speedup = ratio(&rates[2], &rates[0]);

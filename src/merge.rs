@@ -104,6 +104,26 @@ fn load(dir: &Path) -> Result<Task, MergeError> {
 /// number of runs merged.
 pub fn merge(dirs: &[PathBuf], out: &Path, command: &str) -> Result<usize, MergeError> {
     let tasks: Vec<Task> = dirs.iter().map(|d| load(d)).collect::<Result<_, _>>()?;
+    let first = same_experiment(&tasks)?;
+    let planned = covered_once(&tasks, first)?;
+    let partial = Partial::create(out)?;
+    let (runs_csv, steps_csv) = rows_in_plan_order(&tasks, &planned);
+    let meta = merged_meta(&tasks, first, &partial, command)?;
+    partial.write_json(PLAN_JSON, &first.plan)?;
+    partial.write(CONFIG_TOML, first.config.as_bytes())?;
+    partial.write(RUNS_CSV, runs_csv.as_bytes())?;
+    partial.write(STEPS_CSV, steps_csv.as_bytes())?;
+    partial.write_json(RUN_JSON, &meta)?;
+    crate::report::build(partial.dir()).map_err(|e| MergeError::Task {
+        dir: partial.dir().to_path_buf(),
+        message: format!("report: {e}"),
+    })?;
+    partial.promote()?;
+    Ok(planned.len())
+}
+
+/// The first task, once every task is known to have run the same configuration and plan.
+fn same_experiment(tasks: &[Task]) -> Result<&Task, MergeError> {
     let Some(first) = tasks.first() else {
         return Err(MergeError::Empty);
     };
@@ -123,6 +143,11 @@ pub fn merge(dirs: &[PathBuf], out: &Path, command: &str) -> Result<usize, Merge
             });
         }
     }
+    Ok(first)
+}
+
+/// The planned runs, once every one appears in exactly one task (and no task ran another).
+fn covered_once(tasks: &[Task], first: &Task) -> Result<Vec<usize>, MergeError> {
     let planned: Vec<usize> = first.plan["runs"]
         .as_array()
         .map(|r| {
@@ -132,7 +157,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, command: &str) -> Result<usize, Merge
         })
         .unwrap_or_default();
     let mut owner: BTreeMap<usize, Vec<&Path>> = BTreeMap::new();
-    for t in &tasks {
+    for t in tasks {
         for run in t.runs.keys() {
             owner.entry(*run).or_default().push(&t.dir);
         }
@@ -183,10 +208,14 @@ pub fn merge(dirs: &[PathBuf], out: &Path, command: &str) -> Result<usize, Merge
         });
     }
 
-    let partial = Partial::create(out)?;
+    Ok(planned)
+}
+
+/// runs.csv and steps.csv of the merged folder, rows in plan order.
+fn rows_in_plan_order(tasks: &[Task], planned: &[usize]) -> (String, String) {
     let mut runs_csv = format!("{}\n", RUN_COLUMNS.join(","));
     let mut steps_csv = format!("{}\n", STEP_COLUMNS.join(","));
-    for run in &planned {
+    for run in planned {
         let t = tasks
             .iter()
             .find(|t| t.runs.contains_key(run))
@@ -198,11 +227,22 @@ pub fn merge(dirs: &[PathBuf], out: &Path, command: &str) -> Result<usize, Merge
             steps_csv.push('\n');
         }
     }
+    (runs_csv, steps_csv)
+}
+
+/// The first task's run.json with every task's traces (copied into the partial folder),
+/// warnings, hosts and times, and the merge's own command.
+fn merged_meta(
+    tasks: &[Task],
+    first: &Task,
+    partial: &Partial,
+    command: &str,
+) -> Result<RunMeta, MergeError> {
     let mut meta = first.meta.clone();
     let mut infos = Vec::new();
     for (ci, c) in meta.conditions.iter_mut().enumerate() {
         c.trace = None;
-        for t in &tasks {
+        for t in tasks {
             let Some(file) = t.meta.conditions.get(ci).and_then(|tc| tc.trace.clone()) else {
                 continue;
             };
@@ -217,7 +257,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path, command: &str) -> Result<usize, Merge
             break;
         }
     }
-    for t in &tasks {
+    for t in tasks {
         for w in t.meta.warnings.iter().chain(&t.meta.notices) {
             if !meta.warnings.contains(w) && !meta.notices.contains(w) {
                 meta.warnings.push(w.clone());
@@ -241,15 +281,5 @@ pub fn merge(dirs: &[PathBuf], out: &Path, command: &str) -> Result<usize, Merge
     meta.tasks = Some(infos);
     meta.command = command.to_string();
     meta.interrupted = false;
-    partial.write_json(PLAN_JSON, &first.plan)?;
-    partial.write(CONFIG_TOML, first.config.as_bytes())?;
-    partial.write(RUNS_CSV, runs_csv.as_bytes())?;
-    partial.write(STEPS_CSV, steps_csv.as_bytes())?;
-    partial.write_json(RUN_JSON, &meta)?;
-    crate::report::build(partial.dir()).map_err(|e| MergeError::Task {
-        dir: partial.dir().to_path_buf(),
-        message: format!("report: {e}"),
-    })?;
-    partial.promote()?;
-    Ok(planned.len())
+    Ok(meta)
 }

@@ -271,54 +271,61 @@ pub(super) fn listed_conditions(cx: &mut Context, list: &Value) -> Vec<Condition
         }
         let mut rest = t.clone();
         rest.remove("name");
-        let mut flat = Vec::new();
-        flatten(&rest, &at_item, &mut Vec::new(), &mut flat);
-        let mut overrides = Vec::new();
-        for (setting, shown, value) in flat {
-            let before = cx.problems.len();
-            let per_condition = matches!(setting.0.first(),
-                Some(Seg::Key(k)) if PER_CONDITION_SECTIONS.contains(&k.as_str()));
-            match schema_node(cx, &setting) {
-                Err((_, message)) => {
-                    let at = cx.file_location(&shown);
-                    cx.push(
-                        at,
-                        &shown,
-                        format!("`{setting}` names no setting: {message}"),
-                    );
-                }
-                Ok(_) if !per_condition => {
-                    let at = cx.file_location(&shown);
-                    cx.push(
-                        at,
-                        &shown,
-                        format!(
-                            "`{setting}` describes the whole experiment and cannot vary \
-                             between conditions; conditions may set: {}",
-                            PER_CONDITION_SECTIONS.join(", ")
-                        ),
-                    );
-                }
-                Ok(node) => {
-                    let base_len = setting.0.len();
-                    let map = |p: &KeyPath| {
-                        let mut out = shown.clone();
-                        out.0.extend_from_slice(&p.0[base_len..]);
-                        out
-                    };
-                    check_value(cx, &node, &value, &setting, &map, &Source::File);
-                }
-            }
-            if cx.problems.len() == before {
-                overrides.push(Override {
-                    setting,
-                    value,
-                    shown,
-                    source: Source::File,
-                });
-            }
-        }
+        let overrides = condition_overrides(cx, &rest, &at_item);
         specs.push(ConditionSpec { name, overrides });
     }
     specs
+}
+
+/// One listed condition's settings, each checked: a known setting of a per-condition section
+/// with a valid value. Only the valid ones become overrides (the others are reported).
+fn condition_overrides(cx: &mut Context, rest: &toml::Table, at_item: &KeyPath) -> Vec<Override> {
+    let mut flat = Vec::new();
+    flatten(rest, at_item, &mut Vec::new(), &mut flat);
+    let mut overrides = Vec::new();
+    for (setting, shown, value) in flat {
+        let before = cx.problems.len();
+        let per_condition = matches!(setting.0.first(),
+            Some(Seg::Key(k)) if PER_CONDITION_SECTIONS.contains(&k.as_str()));
+        match schema_node(cx, &setting) {
+            Err((_, message)) => {
+                let at = cx.file_location(&shown);
+                cx.push(
+                    at,
+                    &shown,
+                    format!("`{setting}` names no setting: {message}"),
+                );
+            }
+            Ok(_) if !per_condition => {
+                let at = cx.file_location(&shown);
+                cx.push(
+                    at,
+                    &shown,
+                    format!(
+                        "`{setting}` describes the whole experiment and cannot vary \
+                         between conditions; conditions may set: {}",
+                        PER_CONDITION_SECTIONS.join(", ")
+                    ),
+                );
+            }
+            Ok(node) => {
+                let base_len = setting.0.len();
+                let map = |p: &KeyPath| {
+                    let mut out = shown.clone();
+                    out.0.extend_from_slice(&p.0[base_len..]);
+                    out
+                };
+                check_value(cx, &node, &value, &setting, &map, &Source::File);
+            }
+        }
+        if cx.problems.len() == before {
+            overrides.push(Override {
+                setting,
+                value,
+                shown,
+                source: Source::File,
+            });
+        }
+    }
+    overrides
 }

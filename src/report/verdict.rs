@@ -2,19 +2,12 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::{Analysis, LoaderVerdict};
+use crate::analysis::{Analysis, ConditionSummary, LoaderVerdict};
 use crate::format::{ms, pct, rate, ratio};
 
-/// A threshold as the setting reads: 0.5 → "50 %" (a set value, not a measured figure).
-fn threshold(share: f64) -> String {
-    format!("{} %", share * 100.0)
-}
-
-pub fn verdict(a: &Analysis, on_cpu: bool) -> String {
-    let mut out = String::new();
-    let Some(base) = a.conditions.iter().find(|c| c.condition == a.baseline) else {
-        return "No completed timed run: nothing to compare.".into();
-    };
+/// One sentence per condition: its speed-up against the baseline, or no difference beyond
+/// noise.
+fn speedups(out: &mut String, a: &Analysis, base: &ConditionSummary) {
     for c in a.conditions.iter().filter(|c| c.condition != a.baseline) {
         let Some(s) = &c.speedup else { continue };
         let r = &s.ratio;
@@ -49,6 +42,19 @@ pub fn verdict(a: &Analysis, on_cpu: bool) -> String {
             );
         }
     }
+}
+
+/// A threshold as the setting reads: 0.5 → "50 %" (a set value, not a measured figure).
+fn threshold(share: f64) -> String {
+    format!("{} %", share * 100.0)
+}
+
+pub fn verdict(a: &Analysis, on_cpu: bool) -> String {
+    let mut out = String::new();
+    let Some(base) = a.conditions.iter().find(|c| c.condition == a.baseline) else {
+        return "No completed timed run: nothing to compare.".into();
+    };
+    speedups(&mut out, a, base);
     let t = &base.judgement.thresholds;
     let _ = write!(
         out,

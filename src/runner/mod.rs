@@ -25,8 +25,8 @@ use crate::config::{Experiment, resolved_toml};
 use crate::loader::LoaderError;
 use crate::plan::Plan;
 use crate::results::{
-    CONFIG_TOML, CsvAppender, Environment, PLAN_JSON, Partial, RUN_COLUMNS, RUN_JSON, RUNS_CSV,
-    ResultsError, RunMeta, RunRecord, STEP_COLUMNS, STEPS_CSV, StepRecord,
+    CONFIG_TOML, ConditionMeta, CsvAppender, Environment, PLAN_JSON, Partial, RUN_COLUMNS,
+    RUN_JSON, RUNS_CSV, ResultsError, RunMeta, RunRecord, STEP_COLUMNS, STEPS_CSV, StepRecord,
 };
 use crate::trace::{self, TraceError};
 use crate::train::{self, InitialWeights, Trainer};
@@ -146,30 +146,13 @@ pub fn run(
     partial.write(CONFIG_TOML, resolved.as_bytes())?;
     partial.write_json(PLAN_JSON, plan)?;
 
-    let mut warnings = Vec::new();
-    if env!("LLBUILD_OPT_LEVEL") == "0" {
-        warnings.push(
-            "this loaderlab binary was built without optimisations (opt-level 0): step times \
-             are not representative; use `cargo run --release`"
-                .to_string(),
-        );
-    }
     let quiet = !reporter.shows_progress();
-    let mut setups = Setups::default();
-    let mut prepared = Vec::new();
-    let cores = train::cores();
-    for c in &exp.conditions {
-        let setup = setups.prepare(&c.settings, quiet)?;
-        warnings.extend(setup.contention(&c.name, cores));
-        prepared.push(setup);
-    }
-    let mut metas: Vec<_> = exp
-        .conditions
-        .iter()
-        .zip(&prepared)
-        .map(|(c, s)| s.meta(&c.name))
-        .collect();
-    train::keep_freed_memory();
+    let Prepared {
+        setups,
+        prepared,
+        mut metas,
+        warnings,
+    } = prepare(exp, quiet)?;
     warnings.iter().for_each(|w| reporter.warning(w));
     metas.iter().for_each(|m| reporter.condition(m));
     setups.notices.iter().for_each(|n| reporter.note(n));
@@ -243,6 +226,50 @@ pub fn run(
         });
     }
     Ok(meta)
+}
+
+/// Every condition ready to run.
+struct Prepared {
+    setups: Setups,
+    /// One per condition, in plan order.
+    prepared: Vec<Setup>,
+    /// What run.json records of each condition.
+    metas: Vec<ConditionMeta>,
+    /// Known before any run (an unoptimised build, more threads than cores).
+    warnings: Vec<String>,
+}
+
+/// Every condition set up once (datasets, devices and compute pools shared).
+fn prepare(exp: &Experiment, quiet: bool) -> Result<Prepared, RunError> {
+    let mut warnings = Vec::new();
+    if env!("LLBUILD_OPT_LEVEL") == "0" {
+        warnings.push(
+            "this loaderlab binary was built without optimisations (opt-level 0): step times \
+             are not representative; use `cargo run --release`"
+                .to_string(),
+        );
+    }
+    let mut setups = Setups::default();
+    let mut prepared = Vec::new();
+    let cores = train::cores();
+    for c in &exp.conditions {
+        let setup = setups.prepare(&c.settings, quiet)?;
+        warnings.extend(setup.contention(&c.name, cores));
+        prepared.push(setup);
+    }
+    let metas: Vec<_> = exp
+        .conditions
+        .iter()
+        .zip(&prepared)
+        .map(|(c, s)| s.meta(&c.name))
+        .collect();
+    train::keep_freed_memory();
+    Ok(Prepared {
+        setups,
+        prepared,
+        metas,
+        warnings,
+    })
 }
 
 /// One trainer per condition, made on first use; `reset` before each run restores the common

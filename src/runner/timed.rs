@@ -52,34 +52,8 @@ pub(super) fn run(
             interrupted = true;
             break;
         }
-        let t0 = Instant::now();
-        let batch = session.next_batch()?;
-        let t1 = Instant::now();
-        let (fingerprint, epoch, n) = (batch.fingerprint, batch.epoch, batch.len);
-        clock.mark()?;
-        let (x, y) = train::to_device(batch, &setup.device)?;
-        let t2 = Instant::now();
-        clock.mark()?;
-        let loss = session.step(&x, &y)?;
-        clock.mark()?;
-        let t3 = Instant::now();
+        let (mut row, loss, n) = one_step(&mut session, &mut clock, planned, step)?;
         images += n as u64;
-        let mut row = StepRecord {
-            run: planned.index,
-            condition: planned.condition.clone(),
-            round: planned.round,
-            position: planned.position,
-            step,
-            batch_wait_ms: ms(t0, t1),
-            h2d_ms: ms(t1, t2),
-            compute_ms: ms(t2, t3),
-            step_ms: ms(t0, t3),
-            loss: f64::NAN,
-            fingerprint,
-            epoch,
-            // Replaced by the device's own figure below where it has a clock.
-            device_ms: ms(t1, t3),
-        };
         if stream_now {
             // On the CPU the loss is already computed: reading it costs nothing.
             row.loss = loss.to_scalar::<f32>()? as f64;
@@ -100,6 +74,7 @@ pub(super) fn run(
     let elapsed_s = window.elapsed().as_secs_f64();
     bar.finish_and_clear();
     if !stream_now {
+        // On CUDA the rows wait for the device's event times and the losses, read only now.
         let marks = clock.read()?;
         for (k, (row, loss)) in rows.iter_mut().zip(&losses).enumerate() {
             row.loss = loss.to_scalar::<f32>()? as f64;
@@ -129,4 +104,43 @@ pub(super) fn run(
         record,
         interrupted,
     })
+}
+
+/// One timed step: the batch request, the copy to the device and the training step, each on
+/// the monotonic clock (and marked on the device's clock where it has one).
+fn one_step(
+    session: &mut Session,
+    clock: &mut train::DeviceClock,
+    planned: &PlannedRun,
+    step: usize,
+) -> Result<(StepRecord, Tensor, usize), RunError> {
+    let device = &session.setup.device;
+    let t0 = Instant::now();
+    let batch = session.next_batch()?;
+    let t1 = Instant::now();
+    let (fingerprint, epoch, n) = (batch.fingerprint, batch.epoch, batch.len);
+    clock.mark()?;
+    let (x, y) = train::to_device(batch, device)?;
+    let t2 = Instant::now();
+    clock.mark()?;
+    let loss = session.step(&x, &y)?;
+    clock.mark()?;
+    let t3 = Instant::now();
+    let row = StepRecord {
+        run: planned.index,
+        condition: planned.condition.clone(),
+        round: planned.round,
+        position: planned.position,
+        step,
+        batch_wait_ms: ms(t0, t1),
+        h2d_ms: ms(t1, t2),
+        compute_ms: ms(t2, t3),
+        step_ms: ms(t0, t3),
+        loss: f64::NAN,
+        fingerprint,
+        epoch,
+        // Replaced by the device's own figure after the window where it has a clock.
+        device_ms: ms(t1, t3),
+    };
+    Ok((row, loss, n))
 }

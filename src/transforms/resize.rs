@@ -293,6 +293,10 @@ fn hpass3_avx2(row: &[u8; 32], l: &Lanes32, out: &mut [u8; 32]) {
     }
 }
 
+/// The crop-and-resize kernel, compiled twice (`AVX2` on and off). One long function on
+/// purpose: it is the seed chain's hot loop (≈ 350k images/s on one core), and the horizontal
+/// pass, the filter-cache lookups and the fused vertical pass share their row buffers and
+/// bounds in locals that splitting would turn into arguments and re-checks per row.
 #[inline(always)]
 fn crop_resize_impl<const AVX2: bool>(
     src: &[u8],
