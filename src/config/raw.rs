@@ -86,10 +86,10 @@ pub(super) fn check_value(
             }
         }
         Value::String(_) => match (value, choices(&setting.without_indices())) {
-            (Value::String(s), Some(words)) if !words.contains(&s.as_str()) => {
+            (Value::String(s), Some(words)) if !words.contains(s) => {
                 let list: Vec<String> = words.iter().map(|w| format!("{w:?}")).collect();
                 let mut expected = format!("one of {}", list.join(", "));
-                if let Some(close) = did_you_mean(s, words.iter().copied()) {
+                if let Some(close) = did_you_mean(s, words.iter().map(String::as_str)) {
                     expected = format!("{expected} (did you mean {close:?}?)");
                 }
                 fail(cx, setting, &expected, value);
@@ -134,10 +134,8 @@ pub(super) fn check_transforms(
     shown: &dyn Fn(&KeyPath) -> KeyPath,
     source: &Source,
 ) {
-    let ops: Vec<String> = TransformSpec::OPS
-        .iter()
-        .map(|o| format!("{o:?}"))
-        .collect();
+    let names = TransformSpec::ops();
+    let ops: Vec<String> = names.iter().map(|o| format!("{o:?}")).collect();
     let ops = ops.join(", ");
     let Value::Array(items) = value else {
         let key = shown(setting);
@@ -176,7 +174,7 @@ pub(super) fn check_transforms(
                     let key = shown(&op_path);
                     let location = cx.locate(source, &key);
                     let mut message = format!("unknown transform {op:?}; expected one of {ops}");
-                    if let Some(close) = did_you_mean(op, TransformSpec::OPS) {
+                    if let Some(close) = did_you_mean(op, names.iter().copied()) {
                         message.push_str(&format!(" (did you mean {close:?}?)"));
                     }
                     cx.push(location, &key, message);

@@ -142,24 +142,25 @@ pub enum TransformSpec {
 }
 
 impl TransformSpec {
-    pub const OPS: [&'static str; 5] = [
-        "random_resized_crop",
-        "random_rotation",
-        "random_horizontal_flip",
-        "to_tensor",
-        "normalize",
-    ];
+    /// Every op with torchvision's defaults for its parameters.
+    pub fn all() -> [TransformSpec; 5] {
+        [
+            TransformSpec::RandomResizedCrop(Default::default()),
+            TransformSpec::RandomRotation(Default::default()),
+            TransformSpec::RandomHorizontalFlip(Default::default()),
+            TransformSpec::ToTensor(ToTensorSpec {}),
+            TransformSpec::Normalize(Default::default()),
+        ]
+    }
+
+    /// The op names a user may write, in [`TransformSpec::all`]'s order.
+    pub fn ops() -> Vec<&'static str> {
+        Self::all().iter().map(Self::op_name).collect()
+    }
 
     /// The op with torchvision's defaults for its parameters.
     pub fn with_defaults(op: &str) -> Option<TransformSpec> {
-        Some(match op {
-            "random_resized_crop" => TransformSpec::RandomResizedCrop(Default::default()),
-            "random_rotation" => TransformSpec::RandomRotation(Default::default()),
-            "random_horizontal_flip" => TransformSpec::RandomHorizontalFlip(Default::default()),
-            "to_tensor" => TransformSpec::ToTensor(ToTensorSpec {}),
-            "normalize" => TransformSpec::Normalize(Default::default()),
-            _ => return None,
-        })
+        Self::all().into_iter().find(|t| t.op_name() == op)
     }
 
     pub fn op_name(&self) -> &'static str {
@@ -422,16 +423,53 @@ impl Default for ReportSection {
     }
 }
 
+/// A setting whose value is one of an enum's words. The words are serde's own names for the
+/// variants (never restated by hand); `choice!` lists the variants once, and a match it
+/// generates stops the build when a variant is added to the enum but not to the list.
+pub trait Choice: Serialize + Sized + 'static {
+    const ALL: &'static [Self];
+
+    /// The words a user may write, as serde reads them.
+    fn words() -> Vec<String> {
+        Self::ALL
+            .iter()
+            .filter_map(|v| match toml::Value::try_from(v) {
+                Ok(toml::Value::String(s)) => Some(s),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+macro_rules! choice {
+    ($t:ident: $($v:ident),+) => {
+        impl Choice for $t {
+            const ALL: &'static [Self] = &[$($t::$v),+];
+        }
+        const _: fn($t) = |v| match v {
+            $($t::$v)|+ => {}
+        };
+    };
+}
+
+choice!(DatasetKind: FashionMnist, Synthetic);
+choice!(Split: Train, Test);
+choice!(ModelKind: SmallCnn);
+choice!(OptimizerKind: Adam);
+choice!(DeviceKind: Auto, Cpu, Cuda);
+choice!(RunOrder: Alternate, Fixed, Shuffled);
+choice!(ImageFormat: Svg, Png);
+
 /// The allowed words of every string setting that is an enum, by dotted path without indices.
-pub fn choices(path: &str) -> Option<&'static [&'static str]> {
+pub fn choices(path: &str) -> Option<Vec<String>> {
     Some(match path {
-        "dataset.kind" => &["fashion_mnist", "synthetic"],
-        "dataset.split" => &["train", "test"],
-        "model.kind" => &["small_cnn"],
-        "optimizer.kind" => &["adam"],
-        "device.kind" => &["auto", "cpu", "cuda"],
-        "protocol.order" => &["alternate", "fixed", "shuffled"],
-        "report.formats" => &["svg", "png"],
+        "dataset.kind" => DatasetKind::words(),
+        "dataset.split" => Split::words(),
+        "model.kind" => ModelKind::words(),
+        "optimizer.kind" => OptimizerKind::words(),
+        "device.kind" => DeviceKind::words(),
+        "protocol.order" => RunOrder::words(),
+        "report.formats" => ImageFormat::words(),
         _ => return None,
     })
 }
@@ -490,8 +528,11 @@ mod tests {
         }
         let bad = "[[transforms]]\nop = \"random_rotation\"\ndegree = 3\n";
         assert!(toml::from_str::<Settings>(bad).is_err());
-        for op in TransformSpec::OPS {
-            assert_eq!(TransformSpec::with_defaults(op).unwrap().op_name(), op);
+        for t in TransformSpec::all() {
+            // op_name is serde's own tag for the variant.
+            let value = toml::Value::try_from(&t).unwrap();
+            assert_eq!(value["op"].as_str(), Some(t.op_name()));
+            assert_eq!(TransformSpec::with_defaults(t.op_name()), Some(t.clone()));
         }
     }
 }
