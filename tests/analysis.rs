@@ -60,6 +60,7 @@ fn folder(dir: &Path, img_per_s: [f64; 6], steps: impl Fn(usize) -> [(f64, f64);
                 pin_memory: "not applicable on the CPU".into(),
                 trace: None,
                 profile_startup_ms: None,
+                memory_pool: None,
             })
             .collect(),
         warnings: vec![],

@@ -251,9 +251,12 @@ impl BatchBuilder {
 
 enum Mode {
     /// workers = 0: the calling thread builds each batch.
+    /// With page-locked memory (CUDA) two buffers take turns, so building batch k+1 never
+    /// waits for the device to finish copying batch k (PyTorch's pin_memory at 0 workers does
+    /// not wait either); in ordinary memory one buffer is enough.
     Serial {
         builder: Box<Builder>,
-        batch: Batch,
+        buffers: Vec<Batch>,
         next: u64,
     },
     Parallel(Pool),
@@ -301,9 +304,10 @@ impl Loader {
         });
         let batches_per_epoch = Sampler::new(len, &source.cfg).batches_per_epoch;
         let mode = if source.cfg.workers == 0 {
+            let buffers = if source.memory.is_some() { 2 } else { 1 };
             Mode::Serial {
                 builder: Box::new(Builder::new(&source)),
-                batch: Batch::default(),
+                buffers: (0..buffers).map(|_| Batch::default()).collect(),
                 next: 0,
             }
         } else {
@@ -338,11 +342,13 @@ impl Loader {
         match &mut self.mode {
             Mode::Serial {
                 builder,
-                batch,
+                buffers,
                 next,
             } => {
                 let k = *next;
                 *next += 1;
+                let n = buffers.len() as u64;
+                let batch = &mut buffers[(k % n) as usize];
                 builder.build_caught(&self.source, None, k, batch)?;
                 Ok(batch)
             }
@@ -461,8 +467,9 @@ mod tests {
                 );
             }
             drop(l);
-            // One buffer per slot in flight (prefetch x workers, or one serial), never per batch.
-            let slots = if workers == 0 { 1 } else { 2 * workers };
+            // One buffer per slot in flight (prefetch x workers, or two taking turns at
+            // workers = 0, so batch k+1 never waits for the copy of batch k), never per batch.
+            let slots = if workers == 0 { 2 } else { 2 * workers };
             assert_eq!(memory.0.load(std::sync::atomic::Ordering::SeqCst), slots);
         }
     }

@@ -72,4 +72,7 @@ pub struct ConditionMeta {
     pub pin_memory: String,
     pub trace: Option<String>,
     pub profile_startup_ms: Option<f64>,
+    /// What was set on the CUDA device's memory pool (absent on the CPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_pool: Option<String>,
 }

@@ -310,4 +310,7 @@ on the device's stream (the device reaching the step's copy to it finishing the 
 kernel; launch gaps inside a step count as busy), on the CPU h2d + compute. Device idle = 1 - \
 sum(device) / elapsed. Throughput = images / elapsed, where elapsed runs from the first timed \
 batch request to the device having finished all work. Writing each step's row (a few \
-microseconds) happens inside elapsed. Profiled runs are separate and never enter these figures.";
+microseconds) happens inside elapsed. On CUDA with pin_memory, batch_wait at workers = 0 is the \
+time to build the batch into the other of two page-locked buffers (never a wait for the device \
+to finish copying the previous batch); with workers it is the wait for a worker's batch. \
+Profiled runs are separate and never enter these figures.";

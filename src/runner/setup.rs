@@ -63,6 +63,8 @@ pub struct Setup {
     /// Compute threads of the training step (the CPU's; on CUDA the host side's).
     pub threads: usize,
     pub pool: Arc<ComputePool>,
+    /// What was set on the CUDA device's memory pool, for run.json.
+    pub memory_pool: Option<String>,
 }
 
 impl Setup {
@@ -116,6 +118,7 @@ impl Setup {
             },
             trace: None,
             profile_startup_ms: None,
+            memory_pool: self.memory_pool.clone(),
         }
     }
 }
@@ -167,6 +170,7 @@ impl Setups {
             n => n as usize,
         };
         let (device, name) = (chosen.device.clone(), chosen.name.clone());
+        let memory_pool = chosen.memory_pool.clone();
         let on_cpu = device.is_cpu();
         let pool = match self.pools.entry(threads) {
             Entry::Occupied(e) => e.into_mut(),
@@ -189,6 +193,7 @@ impl Setups {
             },
             threads,
             pool: Arc::clone(pool),
+            memory_pool,
         })
     }
 

@@ -103,21 +103,59 @@ pub fn images_to_device(batch: &Batch, device: &Device) -> Result<Option<Tensor>
         return Ok(None);
     };
     let plane = batch.side * batch.side;
-    if pinned.0.len() != batch.len * plane {
-        // A last partial batch: the copy must cover the whole block, so take the plain path.
+    if plane == 0 || pinned.0.len() % plane != 0 || pinned.0.len() < batch.len * plane {
         return Ok(None);
     }
+    // Always the whole block through the pinned path, which records the block's event, so no
+    // worker refills the block while this asynchronous copy still reads it; a last, short
+    // batch is then narrowed to its images on the device. (Copying only its slice would go
+    // through a plain `&[f32]`, for which no event is recorded: a data race.)
+    let capacity = pinned.0.len() / plane;
     let stream = dev.cuda_stream();
     // SAFETY: every element is written by the copy queued next on the same stream.
     let mut dst = unsafe { stream.alloc::<f32>(pinned.0.len()) }.map_err(cuda_err)?;
     stream.memcpy_htod(&pinned.0, &mut dst).map_err(cuda_err)?;
     let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(dst, dev.clone()));
-    Ok(Some(Tensor::from_storage(
+    let block = Tensor::from_storage(
         storage,
-        (batch.len, 1, batch.side, batch.side),
+        (capacity, 1, batch.side, batch.side),
         BackpropOp::none(),
         false,
-    )))
+    );
+    Ok(Some(if batch.len == capacity {
+        block
+    } else {
+        block.narrow(0, 0, batch.len)?
+    }))
+}
+
+/// Keep freed device memory in the device's default memory pool: with the pool's release
+/// threshold at 0 (CUDA's default) every synchronisation may hand freed memory back to the
+/// driver, and the next step maps it again. Returns what was set, for the results.
+pub fn keep_pool_memory(device: &Device) -> Result<Option<String>> {
+    use candle_core::cuda::cudarc::driver::{result, sys};
+    let Some(dev) = cuda_device(device) else {
+        return Ok(None);
+    };
+    let ctx = dev.cuda_stream().context().clone();
+    ctx.bind_to_thread().map_err(cuda_err)?;
+    let mut threshold: u64 = u64::MAX;
+    // SAFETY: the CUdevice comes from the live context bound above; the release threshold
+    // attribute takes a cuuint64_t, which `threshold` is, alive for the call.
+    unsafe {
+        let pool = result::device::get_default_mem_pool(ctx.cu_device()).map_err(cuda_err)?;
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        )
+        .map_err(cuda_err)?;
+    }
+    Ok(Some(
+        "default memory pool: release threshold set to the maximum (freed memory stays in the \
+         pool between steps)"
+            .into(),
+    ))
 }
 
 /// CUDA events on the device's stream: an anchor, then three per step (before the copy, before

@@ -23,6 +23,8 @@ pub struct Chosen {
     pub name: String,
     /// Why `auto` did not pick CUDA, when it did not.
     pub notice: Option<String>,
+    /// What was set on the device's memory pool (CUDA only).
+    pub memory_pool: Option<String>,
 }
 
 pub fn select(kind: DeviceKind, ordinal: usize) -> Result<Chosen, DeviceError> {
@@ -44,6 +46,7 @@ fn cpu(notice: Option<String>) -> Chosen {
         device: Device::Cpu,
         name: "cpu".into(),
         notice,
+        memory_pool: None,
     }
 }
 
@@ -55,38 +58,32 @@ fn cuda(_ordinal: usize) -> Result<Chosen, DeviceError> {
 #[cfg(feature = "cuda")]
 fn cuda(ordinal: usize) -> Result<Chosen, DeviceError> {
     use candle_core::cuda::cudarc;
+    const NO_DRIVER: &str =
+        "no CUDA driver library (libcuda.so.1) found; is an NVIDIA driver installed?";
     let unavailable = |reason: String| DeviceError::Unavailable { ordinal, reason };
-    // With cudarc's dynamic loading a missing library panics instead of erring, and
-    // `cuda_if_available` errs instead of falling back: check first, then catch.
-    // SAFETY: is_culib_present only tries to dlopen the library by name (running its
-    // initialisers, which ask nothing of the caller) and closes it again; no other thread of
-    // ours touches CUDA while a device is being chosen.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(unavailable(
-            "no CUDA driver library (libcuda.so.1) found; is an NVIDIA driver installed?".into(),
-        ));
-    }
-    // Silence the default hook while a panic from a missing library is caught here.
+    // With cudarc's dynamic loading a missing library or symbol panics instead of erring, and
+    // `cuda_if_available` errs instead of falling back. So every call that may load a library
+    // (the presence probes too: loading runs cudarc's symbol resolution, which panics on a
+    // missing symbol) runs inside catch_unwind, with the default hook silenced meanwhile.
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
-    // The error is formatted inside too: formatting asks the driver library for its text.
     let created = std::panic::catch_unwind(|| {
-        // One line: candle appends a backtrace when RUST_BACKTRACE is set.
-        super::cuda::new_device(ordinal)
-            .map_err(|e| e.to_string().lines().next().unwrap_or_default().to_string())
-    });
-    std::panic::set_hook(hook);
-    match created {
-        Ok(Ok(device)) => {
-            let name = super::cuda::describe(&device).unwrap_or_default();
-            Ok(Chosen {
-                device,
-                name: format!("cuda:{ordinal} {name}").trim_end().to_string(),
-                notice: None,
-            })
+        // SAFETY: is_culib_present only tries to dlopen the library by name (running its
+        // initialisers, which ask nothing of the caller) and closes it again; no other thread
+        // of ours touches CUDA while a device is being chosen.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(NO_DRIVER.to_string());
         }
-        Ok(Err(e)) => Err(unavailable(e)),
-        Err(panic) => {
+        // One line: candle appends a backtrace when RUST_BACKTRACE is set. The error is
+        // formatted in here too: formatting asks the driver library for its text.
+        let device = super::cuda::new_device(ordinal)
+            .map_err(|e| e.to_string().lines().next().unwrap_or_default().to_string())?;
+        let pool = super::cuda::keep_pool_memory(&device)
+            .unwrap_or_else(|e| Some(format!("default memory pool left as it was: {e}")));
+        Ok((device, pool))
+    });
+    let missing = created.is_err().then(|| {
+        std::panic::catch_unwind(|| {
             let mut missing = Vec::new();
             // SAFETY: as for the driver above: a trial dlopen by name, nothing else.
             if !unsafe { cudarc::cublas::sys::is_culib_present() } {
@@ -96,6 +93,24 @@ fn cuda(ordinal: usize) -> Result<Chosen, DeviceError> {
             if !unsafe { cudarc::curand::sys::is_culib_present() } {
                 missing.push("libcurand.so.10");
             }
+            missing
+        })
+        .unwrap_or_default()
+    });
+    std::panic::set_hook(hook);
+    match created {
+        Ok(Ok((device, memory_pool))) => {
+            let name = super::cuda::describe(&device).unwrap_or_default();
+            Ok(Chosen {
+                device,
+                name: format!("cuda:{ordinal} {name}").trim_end().to_string(),
+                notice: None,
+                memory_pool,
+            })
+        }
+        Ok(Err(e)) => Err(unavailable(e)),
+        Err(panic) => {
+            let missing = missing.unwrap_or_default();
             Err(unavailable(if missing.is_empty() {
                 crate::loader::panic_message(&panic)
             } else {
