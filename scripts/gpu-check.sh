@@ -1,86 +1,133 @@
 #!/usr/bin/env bash
 # One prepared check on a GPU machine (at most ~5 minutes). Needs dist/loaderlab-cuda.xz from
 # scripts/package-cuda.sh (built on a CPU machine) and this repository's experiments/.
-#   - prints the GPU, the driver and the CUDA libraries found (cuBLAS/cuRAND are dlopened:
-#     from the system, else from Python's nvidia-* wheels, which are put on LD_LIBRARY_PATH);
+#   - prints the GPU, the driver and the CUDA libraries found (cuBLAS/cuRAND are dlopened: the
+#     CUDA 13 folder of Python's nvidia-* wheels goes FIRST on LD_LIBRARY_PATH, so a CUDA 12
+#     libcublas.so elsewhere is never picked up before libcublas.so.13);
+#   - a one-step run, twice: the first JIT-compiles candle's PTX kernels (its wall time is the
+#     compile cost, which belongs to warm-up and never to timed steps), the second reuses the
+#     compute cache (CUDA_CACHE_MAXSIZE is raised so the cache holds every kernel);
 #   - runs experiments/dataloader_workers.toml on CUDA (synthetic data of FashionMNIST's shape:
 #     GPU machines here cannot download), and a shorter variant if that fails or runs out of time;
 #   - then, time permitting, a worker sweep (0, 1, 2, 4, 8) with fewer steps;
 #   - copies report.md, result.json, steps.csv, the traces and a tarball of everything to $OUT.
-# Usage: bash scripts/gpu-check.sh      (OUT defaults to ./gpu-check-out)
-# GPU_CHECK_DEVICE=auto runs the same flow on a machine without a GPU (a dry run of the script:
-# the CUDA binary falls back to the CPU).
+# Every stage prints one line "STAGE <name>: ok|FAILED …", so a failure names its stage, and the
+# log and the files come back whatever fails.
+# Usage: bash scripts/gpu-check.sh [--dry-run]    (OUT defaults to ./gpu-check-out)
+# --dry-run (or GPU_CHECK_DEVICE=auto) runs the same flow on a machine without a GPU: the CUDA
+# binary falls back to the CPU.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+[[ "${1:-}" == "--dry-run" ]] && export GPU_CHECK_DEVICE=auto
 OUT="${OUT:-$ROOT/gpu-check-out}"
 mkdir -p "$OUT"
-exec > >(tee "$OUT/gpu-check.log") 2>&1
 START=$(date +%s)
-left() { echo $(( 285 - ($(date +%s) - START) )); }
-
-echo "== machine"
-nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,clocks.max.sm --format=csv || true
-nvidia-smi | sed -n 1,12p || true
-ldd --version | head -1
-nproc; free -g | sed -n 2p
-
-echo "== binary"
 BIN=/tmp/loaderlab-cuda
-if [[ -f dist/loaderlab-cuda.xz ]]; then
-  (cd dist && sha256sum -c loaderlab-cuda.xz.sha256) || exit 1
-  xz -dc dist/loaderlab-cuda.xz > "$BIN" && chmod +x "$BIN"
-  echo "built from commit $(cat dist/loaderlab-cuda.commit 2>/dev/null)"
-else
-  echo "dist/loaderlab-cuda.xz missing: run scripts/package-cuda.sh and carry dist/"; exit 1
-fi
+left() { echo $(( 285 - ($(date +%s) - START) )); }
+stage() { echo "STAGE $*"; }
 
-echo "== CUDA libraries"
-ldconfig -p | grep -E 'libcuda\.so|libcublas(Lt)?\.so|libcurand\.so|libnvrtc\.so' || true
-if ! ldconfig -p | grep -q 'libcublas\.so\.13'; then
-  dirs=""
-  for sp in $(python3 -c 'import site,sys; print(" ".join(site.getsitepackages()+[site.getusersitepackages()]))' 2>/dev/null) /opt /usr/local; do
+unpack() {
+  [[ -f dist/loaderlab-cuda.xz ]] || { echo "dist/loaderlab-cuda.xz missing: run scripts/package-cuda.sh and carry dist/"; return 1; }
+  (cd dist && sha256sum -c loaderlab-cuda.xz.sha256) || return 1
+  if command -v xz >/dev/null 2>&1; then
+    xz -dc dist/loaderlab-cuda.xz > "$BIN" || return 1
+  else
+    echo "(no xz here: unpacking with Python's lzma)"
+    python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+      dist/loaderlab-cuda.xz "$BIN" || return 1
+  fi
+  chmod +x "$BIN"
+  echo "built from commit $(cat dist/loaderlab-cuda.commit 2>/dev/null)"
+  "$BIN" --version || return 1
+}
+
+cuda13_first() {
+  local dirs="" sp f d
+  for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages()+[site.getusersitepackages()]))' 2>/dev/null) /opt /usr/local; do
     [[ -d "$sp" ]] || continue
     for f in $(find "$sp" -maxdepth 6 \( -name 'libcublas.so.13' -o -name 'libcurand.so.10' -o -name 'libnvrtc.so.13' \) 2>/dev/null); do
       d="$(dirname "$f")"; [[ ":$dirs:" == *":$d:"* ]] || dirs="$dirs:$d"
     done
   done
-  export LD_LIBRARY_PATH="${dirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-fi
+  if [[ -n "$dirs" ]]; then
+    export LD_LIBRARY_PATH="${dirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  ldconfig -p | grep -E 'libcuda\.so|libcublas(Lt)?\.so|libcurand\.so|libnvrtc\.so' || true
+}
 
 run() {  # $1 = name, $2 = timeout s, rest = loaderlab arguments
   local name="$1" limit="$2"; shift 2
   echo "== $name ($limit s at most): loaderlab $*"
-  local t0=$(date +%s)
+  local t0 rc
+  t0=$(date +%s.%N)
   timeout --signal=INT --kill-after=10 "$limit" "$BIN" "$@" --out "/tmp/results/$name"
-  local rc=$?
-  echo "== $name: exit $rc after $(( $(date +%s) - t0 )) s"
+  rc=$?
+  local took
+  took=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.1f}')" 2>/dev/null || echo "?")
+  if [[ $rc -eq 0 ]]; then stage "$name: ok in $took s"; else stage "$name: FAILED (exit $rc) after $took s"; fi
   return $rc
 }
 
-SYN=(--set dataset.kind=synthetic --set dataset.synthetic_size=60000 --set "device.kind=${GPU_CHECK_DEVICE:-cuda}")
-MAIN=main
-if ! run main 150 experiments/dataloader_workers.toml "${SYN[@]}"; then
-  MAIN=short
-  run short $(( $(left) > 90 ? 90 : $(left) )) experiments/dataloader_workers.toml "${SYN[@]}" \
-    --set protocol.rounds=2 --set protocol.timed_steps=50 --set protocol.warmup_steps=20 || true
-fi
-if (( $(left) > 60 )); then
-  run sweep $(( $(left) - 15 )) experiments/dataloader_workers.toml "${SYN[@]}" \
-    --set 'matrix.loader.workers=[0,1,2,4,8]' --set protocol.rounds=2 \
-    --set protocol.timed_steps=60 --set protocol.warmup_steps=20 --set protocol.profile=false || true
-fi
+main() {
+  echo "== machine"
+  if nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,clocks.max.sm --format=csv; then
+    stage "device found: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+  else
+    stage "device found: FAILED (nvidia-smi gave nothing)"
+  fi
+  ldd --version | head -1
+  nproc; free -g | sed -n 2p
 
-echo "== results"
-R="/tmp/results/$MAIN"
-[[ -d "$R" ]] || R="/tmp/results/$MAIN.partial"
-for f in report.md result.json steps.csv; do cp "$R/$f" "$OUT/$MAIN-$f" 2>/dev/null || true; done
-for t in "$R"/traces/*.json; do
-  [[ -f "$t" ]] && cp "$t" "$OUT/trace-$(basename "$t" | tr -c 'A-Za-z0-9._\n-' '_')"
-done
-[[ -f /tmp/results/sweep/report.md ]] && cp /tmp/results/sweep/report.md "$OUT/sweep-report.md"
-tar -C /tmp -czf "$OUT/results.tar.gz" results 2>/dev/null || true
-ls -la "$OUT"
-sed -n '/## Verdict/,/## Setup/p' "$R/report.md" 2>/dev/null
-echo "== done in $(( $(date +%s) - START )) s"
+  echo "== binary"
+  if unpack; then stage "binary: ok"; else stage "binary: FAILED"; return 1; fi
+
+  echo "== CUDA libraries"
+  cuda13_first
+
+  # The driver keeps JIT-compiled kernels here; large enough for all of candle's.
+  export CUDA_CACHE_PATH=/tmp/cuda-compute-cache CUDA_CACHE_MAXSIZE=4294967296
+  local DEV="${GPU_CHECK_DEVICE:-cuda}"
+  SYN=(--set dataset.kind=synthetic --set dataset.synthetic_size=60000 --set "device.kind=$DEV")
+  ONE=(--set 'matrix.loader.workers=[0]' --set protocol.rounds=1 --set protocol.warmup_steps=0
+       --set protocol.timed_steps=1 --set protocol.profile=false)
+  if run first-step-jit 120 experiments/dataloader_workers.toml "${SYN[@]}" "${ONE[@]}"; then
+    stage "kernels loaded: first process compiled candle's PTX (time above)"
+    run first-step-cached 60 experiments/dataloader_workers.toml "${SYN[@]}" "${ONE[@]}" || true
+  else
+    stage "kernels loaded: FAILED (see the first-step-jit output above)"
+  fi
+
+  MAIN=main
+  if ! run main 150 experiments/dataloader_workers.toml "${SYN[@]}"; then
+    MAIN=short
+    run short $(( $(left) > 90 ? 90 : $(left) )) experiments/dataloader_workers.toml "${SYN[@]}" \
+      --set protocol.rounds=2 --set protocol.timed_steps=50 --set protocol.warmup_steps=20 || true
+  fi
+  if (( $(left) > 60 )); then
+    run sweep $(( $(left) - 15 )) experiments/dataloader_workers.toml "${SYN[@]}" \
+      --set 'matrix.loader.workers=[0,1,2,4,8]' --set protocol.rounds=2 \
+      --set protocol.timed_steps=60 --set protocol.warmup_steps=20 --set protocol.profile=false || true
+  else
+    stage "sweep: skipped ($(left) s left)"
+  fi
+
+  echo "== results"
+  local R="/tmp/results/$MAIN"
+  [[ -d "$R" ]] || R="/tmp/results/$MAIN.partial"
+  for f in report.md result.json steps.csv; do cp "$R/$f" "$OUT/$MAIN-$f" 2>/dev/null || true; done
+  for t in "$R"/traces/*.json; do
+    [[ -f "$t" ]] && cp "$t" "$OUT/trace-$(basename "$t" | tr -c 'A-Za-z0-9._\n-' '_')"
+  done
+  [[ -f /tmp/results/sweep/report.md ]] && cp /tmp/results/sweep/report.md "$OUT/sweep-report.md"
+  tar -C /tmp -czf "$OUT/results.tar.gz" results 2>/dev/null || true
+  ls -la "$OUT"
+  sed -n '/## Verdict/,/## Setup/p' "$R/report.md" 2>/dev/null
+  echo "== done in $(( $(date +%s) - START )) s"
+}
+
+# The pipe (not a process substitution) makes the script wait for tee: the log is complete
+# on disk when the script exits.
+main 2>&1 | tee "$OUT/gpu-check.log"
+exit "${PIPESTATUS[0]}"
