@@ -2,7 +2,9 @@
 # Checks that a `--features cuda` binary starts and behaves on a machine WITHOUT a usable GPU:
 #   1. no libcuda at all:           device.kind=auto trains on the CPU with a one-line notice;
 #                                   device.kind=cuda fails with a clear message, exit 1
-#   2. a driver library, no device: (a stub libcuda.so.1 answering CUDA_ERROR_NO_DEVICE) the same.
+#   2. a driver library, no device: (a stub libcuda.so.1 answering CUDA_ERROR_NO_DEVICE) the same;
+#   3. a driver library that lacks a symbol cudarc calls (a stub that answers cuInit and then
+#      has no cuDevicePrimaryCtxRetain): cudarc panics, the panic is caught, the same again.
 # Also prints the binary's NEEDED libraries: only libc/libstdc++/libgcc/libm may appear.
 # Usage: scripts/test-cuda-fallback.sh [path/to/cuda/loaderlab]   (default target-cuda/release/loaderlab)
 set -euo pipefail
@@ -45,4 +47,8 @@ LD_LIBRARY_PATH="" check no-driver
 cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$WORK/libcuda.so.1" tests/cuda/fake_libcuda.c
 LD_LIBRARY_PATH="$WORK" check no-device
 
-echo "OK: the CUDA binary falls back to the CPU (auto) and fails clearly (cuda) without a GPU"
+mkdir -p "$WORK/partial"
+cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$WORK/partial/libcuda.so.1" tests/cuda/fake_libcuda_partial.c
+LD_LIBRARY_PATH="$WORK/partial" check missing-symbol
+
+echo "OK: the CUDA binary falls back to the CPU (auto) and fails clearly (cuda) without a GPU, also when the driver library lacks a symbol"

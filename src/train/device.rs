@@ -80,7 +80,9 @@ fn cuda(ordinal: usize) -> Result<Chosen, DeviceError> {
             .map_err(|e| e.to_string().lines().next().unwrap_or_default().to_string())?;
         let pool = super::cuda::keep_pool_memory(&device)
             .unwrap_or_else(|e| Some(format!("default memory pool left as it was: {e}")));
-        Ok((device, pool))
+        // Naming the device calls the driver too (a symbol it lacks would panic): in here.
+        let name = super::cuda::describe(&device).unwrap_or_default();
+        Ok((device, pool, name))
     });
     let missing = created.is_err().then(|| {
         std::panic::catch_unwind(|| {
@@ -99,15 +101,12 @@ fn cuda(ordinal: usize) -> Result<Chosen, DeviceError> {
     });
     std::panic::set_hook(hook);
     match created {
-        Ok(Ok((device, memory_pool))) => {
-            let name = super::cuda::describe(&device).unwrap_or_default();
-            Ok(Chosen {
-                device,
-                name: format!("cuda:{ordinal} {name}").trim_end().to_string(),
-                notice: None,
-                memory_pool,
-            })
-        }
+        Ok(Ok((device, memory_pool, name))) => Ok(Chosen {
+            device,
+            name: format!("cuda:{ordinal} {name}").trim_end().to_string(),
+            notice: None,
+            memory_pool,
+        }),
         Ok(Err(e)) => Err(unavailable(e)),
         Err(panic) => {
             let missing = missing.unwrap_or_default();
