@@ -4,10 +4,14 @@
 mod bench;
 mod exit;
 mod experiment;
-mod folder;
+mod merge;
+mod plan;
 mod preview;
+mod report;
 mod run;
 mod slurm;
+mod validate;
+mod verify;
 
 use std::path::PathBuf;
 
@@ -151,13 +155,13 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             only_run,
             with_profile,
         } => run::run(&experiment, &overrides, g, &only_run, with_profile),
-        Command::Validate { files } => experiment::validate(&files, &overrides),
+        Command::Validate { files } => validate::validate(&files, &overrides),
         Command::Plan { file, format } => {
-            experiment::plan(&file, &overrides, matches!(format, Format::Json))
+            plan::plan(&file, &overrides, matches!(format, Format::Json))
         }
-        Command::Report { dir } => folder::report(&dir),
-        Command::Verify { dir } => folder::verify(&dir),
-        Command::Merge { dirs } => folder::merge(&dirs, g),
+        Command::Report { dir } => report::report(&dir),
+        Command::Verify { dir } => verify::verify(&dir),
+        Command::Merge { dirs } => merge::merge(&dirs, g),
         Command::Preview {
             experiment,
             n,

@@ -85,24 +85,11 @@ pub(super) fn check_value(
                 fail(cx, setting, "true or false", value);
             }
         }
-        Value::String(_) => match (value, choices(&setting.without_indices())) {
-            (Value::String(s), Some(words)) if !words.contains(s) => {
-                let list: Vec<String> = words.iter().map(|w| format!("{w:?}")).collect();
-                let mut expected = format!("one of {}", list.join(", "));
-                if let Some(close) = did_you_mean(s, words.iter().map(String::as_str)) {
-                    expected = format!("{expected} (did you mean {close:?}?)");
-                }
+        Value::String(_) => {
+            if let Some(expected) = word_problem(setting, value) {
                 fail(cx, setting, &expected, value);
             }
-            (Value::String(_), _) => {}
-            _ => match choices(&setting.without_indices()) {
-                Some(words) => {
-                    let list: Vec<String> = words.iter().map(|w| format!("{w:?}")).collect();
-                    fail(cx, setting, &format!("one of {}", list.join(", ")), value);
-                }
-                None => fail(cx, setting, "a string", value),
-            },
-        },
+        }
         Value::Array(sa) => {
             let Value::Array(va) = value else {
                 let what = if setting.last_key().is_some_and(is_pair) {
@@ -124,6 +111,28 @@ pub(super) fn check_value(
             }
         }
         Value::Datetime(_) => {}
+    }
+}
+
+/// What a string setting expects when `value` does not fit it (None: it fits): one of the
+/// enum's words (with a "did you mean"), or any string.
+fn word_problem(setting: &KeyPath, value: &Value) -> Option<String> {
+    let words = choices(&setting.without_indices());
+    let listed = |words: &[String]| {
+        let list: Vec<String> = words.iter().map(|w| format!("{w:?}")).collect();
+        format!("one of {}", list.join(", "))
+    };
+    match (value, words) {
+        (Value::String(s), Some(words)) if !words.contains(s) => {
+            let mut expected = listed(&words);
+            if let Some(close) = did_you_mean(s, words.iter().map(String::as_str)) {
+                expected = format!("{expected} (did you mean {close:?}?)");
+            }
+            Some(expected)
+        }
+        (Value::String(_), _) => None,
+        (_, Some(words)) => Some(listed(&words)),
+        (_, None) => Some("a string".into()),
     }
 }
 
@@ -166,41 +175,8 @@ pub(super) fn check_transforms(
             );
             continue;
         };
-        let op_path = at.key("op");
-        let spec = match t.get("op") {
-            Some(Value::String(op)) => match TransformSpec::with_defaults(op) {
-                Some(spec) => spec,
-                None => {
-                    let key = shown(&op_path);
-                    let location = cx.locate(source, &key);
-                    let mut message = format!("unknown transform {op:?}; expected one of {ops}");
-                    if let Some(close) = did_you_mean(op, names.iter().copied()) {
-                        message.push_str(&format!(" (did you mean {close:?}?)"));
-                    }
-                    cx.push(location, &key, message);
-                    continue;
-                }
-            },
-            Some(other) => {
-                let key = shown(&op_path);
-                let location = cx.locate(source, &key);
-                cx.push(
-                    location,
-                    &key,
-                    format!("expected one of {ops}, found {}", describe(other)),
-                );
-                continue;
-            }
-            None => {
-                let key = shown(&at);
-                let location = cx.locate(source, &key);
-                cx.push(
-                    location,
-                    &key,
-                    format!("missing `op`: every transform names its op, one of {ops}"),
-                );
-                continue;
-            }
+        let Some(spec) = transform_spec(cx, t, &at, shown, source, &ops, &names) else {
+            continue;
         };
         let Ok(Value::Table(op_schema)) = Value::try_from(&spec) else {
             continue;
@@ -229,5 +205,54 @@ pub(super) fn check_transforms(
             shown,
             source,
         );
+    }
+}
+
+/// The op a transform table names, with its defaults; a problem (unknown, not a string,
+/// missing) is reported and gives None.
+fn transform_spec(
+    cx: &mut Context,
+    t: &toml::Table,
+    at: &KeyPath,
+    shown: &dyn Fn(&KeyPath) -> KeyPath,
+    source: &Source,
+    ops: &str,
+    names: &[&str],
+) -> Option<TransformSpec> {
+    let op_path = at.key("op");
+    match t.get("op") {
+        Some(Value::String(op)) => match TransformSpec::with_defaults(op) {
+            Some(spec) => Some(spec),
+            None => {
+                let key = shown(&op_path);
+                let location = cx.locate(source, &key);
+                let mut message = format!("unknown transform {op:?}; expected one of {ops}");
+                if let Some(close) = did_you_mean(op, names.iter().copied()) {
+                    message.push_str(&format!(" (did you mean {close:?}?)"));
+                }
+                cx.push(location, &key, message);
+                None
+            }
+        },
+        Some(other) => {
+            let key = shown(&op_path);
+            let location = cx.locate(source, &key);
+            cx.push(
+                location,
+                &key,
+                format!("expected one of {ops}, found {}", describe(other)),
+            );
+            None
+        }
+        None => {
+            let key = shown(at);
+            let location = cx.locate(source, &key);
+            cx.push(
+                location,
+                &key,
+                format!("missing `op`: every transform names its op, one of {ops}"),
+            );
+            None
+        }
     }
 }
