@@ -109,13 +109,16 @@ fn cuda(ordinal: usize) -> Result<Chosen, DeviceError> {
         }),
         Ok(Err(e)) => Err(unavailable(e)),
         Err(panic) => {
+            // The panic names what failed (e.g. a symbol the driver library lacks); libraries
+            // that are absent altogether are named too, with where to find them.
             let missing = missing.unwrap_or_default();
+            let what = crate::loader::panic_message(&panic);
             Err(unavailable(if missing.is_empty() {
-                crate::loader::panic_message(&panic)
+                what
             } else {
                 format!(
-                    "{} not found; put the folder that holds the CUDA 13 libraries on \
-                     LD_LIBRARY_PATH (e.g. Python's site-packages/nvidia/cu13/lib)",
+                    "{what}; also, {} not found: put the folder that holds the CUDA 13 \
+                     libraries on LD_LIBRARY_PATH (e.g. Python's site-packages/nvidia/cu13/lib)",
                     missing.join(" and ")
                 )
             }))
