@@ -46,24 +46,29 @@ fn config(workers: usize) -> LoaderConfig {
     }
 }
 
-#[test]
-fn a_panicking_worker_is_an_error_naming_worker_and_batch() {
-    // Without shuffling, sample 45 is in batch 5, which worker 5 mod 3 = 2 builds.
+/// A loader over 64 images of which image 45 (in batch 5, without shuffling) cannot be read.
+fn faulty_loader(workers: usize) -> Loader {
     let dataset = Arc::new(Faulty {
         inner: Synthetic::new(64, 10, 3),
         bad: 45,
     });
     let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, 28));
-    let mut loader = Loader::new(dataset, pipeline, config(3)).unwrap();
+    Loader::new(dataset, pipeline, config(workers)).unwrap()
+}
+
+/// The first error among the first 8 batches; the bad batch must surface as one.
+fn first_error(loader: &mut Loader) -> LoaderError {
+    (0..8)
+        .find_map(|_| loader.next_batch().err())
+        .expect("the bad batch must surface as an error")
+}
+
+#[test]
+fn a_panicking_worker_is_an_error_naming_worker_and_batch() {
+    // Without shuffling, sample 45 is in batch 5, which worker 5 mod 3 = 2 builds.
+    let mut loader = faulty_loader(3);
     let started = Instant::now();
-    let mut outcome = None;
-    for _ in 0..8 {
-        if let Err(e) = loader.next_batch() {
-            outcome = Some(e);
-            break;
-        }
-    }
-    let err = outcome.expect("the bad batch must surface as an error");
+    let err = first_error(&mut loader);
     assert!(started.elapsed() < Duration::from_secs(10), "no hang");
     match &err {
         LoaderError::WorkerPanicked {
@@ -124,20 +129,8 @@ fn independent_builders_report_a_panic_instead_of_hanging() {
 fn a_panic_with_no_workers_is_the_same_clear_error_naming_the_batch() {
     // workers = 0: the training thread builds batch 5 itself; the panic must not kill the
     // process but come back as an error, as it does from a worker.
-    let dataset = Arc::new(Faulty {
-        inner: Synthetic::new(64, 10, 3),
-        bad: 45,
-    });
-    let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, 28));
-    let mut loader = Loader::new(dataset, pipeline, config(0)).unwrap();
-    let mut outcome = None;
-    for _ in 0..8 {
-        if let Err(e) = loader.next_batch() {
-            outcome = Some(e);
-            break;
-        }
-    }
-    let err = outcome.expect("the bad batch must surface as an error");
+    let mut loader = faulty_loader(0);
+    let err = first_error(&mut loader);
     match &err {
         LoaderError::BuildPanicked { batch, message } => {
             assert_eq!(*batch, 5);
