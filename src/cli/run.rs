@@ -82,7 +82,7 @@ pub(super) fn run(
 
 /// The short summary for stdout at the end of a run.
 fn summary_table(a: &Analysis) -> String {
-    use crate::report::{pct, rate, ratio, sig};
+    use crate::format::{pct, rate, ratio, sig};
     let width = a
         .conditions
         .iter()

@@ -7,7 +7,6 @@ mod markdown;
 mod table;
 mod verdict;
 
-pub use crate::format::{pct, rate, ratio, sig, thousands};
 pub use verdict::verdict;
 
 use std::path::Path;
