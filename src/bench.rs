@@ -13,10 +13,9 @@ use serde::Serialize;
 use crate::analysis::median;
 use crate::config::{OptimizerSection, Settings};
 use crate::data::Dataset;
-use crate::data::{IMAGE_PIXELS, IMAGE_SIDE};
 use crate::loader::{Batch, BatchBuilder, Loader, LoaderConfig, LoaderError};
 use crate::runner::DataSetup;
-use crate::train::{ComputePool, InitialWeights, Layers, Trainer};
+use crate::train::{ComputePool, InitialWeights, Layers, ModelInput, Trainer};
 use crate::transforms::Pipeline;
 use crate::transforms::Scratch;
 
@@ -60,14 +59,14 @@ impl Measurement {
 /// The transform chain alone on one thread, img/s per repetition: images preloaded, so only
 /// the transforms are timed.
 fn chain_rates(dataset: &Arc<dyn Dataset>, pipeline: &Pipeline, repeats: usize) -> Vec<f64> {
-    let side = pipeline.out_side();
+    let per_image = dataset.shape().len();
     let n = dataset.len().min(8192);
-    let mut images = vec![0u8; n * IMAGE_PIXELS];
-    for i in 0..n {
-        dataset.image_into(i, &mut images[i * IMAGE_PIXELS..(i + 1) * IMAGE_PIXELS]);
+    let mut images = vec![0u8; n * per_image];
+    for (i, image) in images.chunks_exact_mut(per_image).enumerate() {
+        dataset.image_into(i, image);
     }
     let mut scratch = Scratch::default();
-    let mut out = vec![0f32; side * side];
+    let mut out = vec![0f32; pipeline.output_shape().len()];
     // Each repetition transforms at least 32,768 images (≈ 0.1 s), so a scheduler hiccup on a
     // shared machine moves one repetition by a few percent, not by a third.
     let passes = 32_768usize.div_ceil(n);
@@ -75,9 +74,9 @@ fn chain_rates(dataset: &Arc<dyn Dataset>, pipeline: &Pipeline, repeats: usize) 
     for r in 0..repeats + 1 {
         let t = Instant::now();
         for pass in 0..passes {
-            for i in 0..n {
+            for (i, image) in images.chunks_exact(per_image).enumerate() {
                 pipeline.apply(
-                    &images[i * IMAGE_PIXELS..(i + 1) * IMAGE_PIXELS],
+                    image,
                     (r * passes + pass) as u64,
                     i as u64,
                     &mut scratch,
@@ -328,14 +327,19 @@ pub fn step(
     layers: Layers,
 ) -> anyhow::Result<Vec<Measurement>> {
     crate::train::keep_freed_memory();
-    let pixels: Vec<f32> = (0..batch * IMAGE_PIXELS)
+    let input = ModelInput::SEED;
+    let shape = input.shape;
+    let pixels: Vec<f32> = (0..batch * shape.len())
         .map(|i| (0.5 + 0.5 * (0.13 * i as f64 + 1.0).sin()) as f32)
         .collect();
-    let labels: Vec<u32> = (0..batch as u32).map(|n| n % 10).collect();
-    let x = Tensor::from_vec(pixels, (batch, 1, IMAGE_SIDE, IMAGE_SIDE), &Device::Cpu)?;
+    let labels: Vec<u32> = (0..batch as u32)
+        .map(|n| n % input.classes as u32)
+        .collect();
+    let dims = (batch, shape.channels, shape.height, shape.width);
+    let x = Tensor::from_vec(pixels, dims, &Device::Cpu)?;
     let y = Tensor::from_vec(labels, batch, &Device::Cpu)?;
     let mut trainer = Trainer::with_layers(
-        InitialWeights::pytorch_default(42),
+        InitialWeights::pytorch_default(42, input),
         &OptimizerSection::default(),
         Device::Cpu,
         layers,

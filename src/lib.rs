@@ -16,6 +16,9 @@ pub mod shell;
 // How figures are printed: at least four significant digits.
 pub mod format;
 
+// Channels × height × width of an image, and its planar layout.
+pub mod shape;
+
 // The experiment file: schema, layering, matrix expansion, checks.
 pub mod config;
 

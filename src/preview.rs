@@ -2,8 +2,9 @@
 //!
 //! Writes a PNG grid (originals above, augmented below), `samples.json` with each sample's
 //! index, label and exact transform parameters, and `originals.npy` / `augmented.npy`
-//! (uint8 N×28×28, the augmented image before `to_tensor`) so anyone can recompute the
-//! augmentation with Pillow from the parameters and compare pixels.
+//! (uint8 N×H×W for grey images, N×H×W×3 for colour, as `numpy.asarray(pil_image)` has them;
+//! the augmented image before `to_tensor`) so anyone can recompute the augmentation with
+//! Pillow from the parameters and compare pixels.
 
 use std::path::{Path, PathBuf};
 
@@ -12,9 +13,9 @@ use plotters::prelude::*;
 use serde::Serialize;
 
 use crate::config::Settings;
-use crate::data::{IMAGE_PIXELS, IMAGE_SIDE};
 use crate::loader::epoch_order;
 use crate::runner::DataSetup;
+use crate::shape::ImageShape;
 use crate::transforms::{SampleParams, Scratch};
 
 #[derive(Serialize)]
@@ -27,7 +28,36 @@ pub struct Sample {
     pub params: SampleParams,
 }
 
-const SCALE: u32 = 4;
+/// Pixels per image pixel in the grid: small images are magnified.
+fn scale_for(shape: ImageShape) -> u32 {
+    (112 / shape.height.max(shape.width).max(1)).clamp(1, 4) as u32
+}
+
+/// Planar (CHW) images as numpy's layout for pictures: N×H×W for grey, N×H×W×C otherwise.
+fn to_npy(data: &[u8], n: usize, shape: ImageShape, path: &Path) -> anyhow::Result<()> {
+    let ImageShape {
+        channels: c,
+        height: h,
+        width: w,
+    } = shape;
+    if c == 1 {
+        Tensor::from_vec(data.to_vec(), (n, h, w), &Device::Cpu)?.write_npy(path)?;
+    } else {
+        let mut hwc = vec![0u8; data.len()];
+        for (image, out) in data
+            .chunks_exact(shape.len())
+            .zip(hwc.chunks_exact_mut(shape.len()))
+        {
+            for (i, px) in out.chunks_exact_mut(c).enumerate() {
+                for (ch, v) in px.iter_mut().enumerate() {
+                    *v = image[ch * h * w + i];
+                }
+            }
+        }
+        Tensor::from_vec(hwc, (n, h, w, c), &Device::Cpu)?.write_npy(path)?;
+    }
+    Ok(())
+}
 
 /// Write the preview of the first `n` samples of epoch 0 into `out`; returns the files written.
 pub fn preview(
@@ -41,7 +71,7 @@ pub fn preview(
     let DataSetup {
         dataset, pipeline, ..
     } = DataSetup::open(settings, quiet)?;
-    let side = pipeline.out_side();
+    let (in_shape, out_shape) = (pipeline.input_shape(), pipeline.output_shape());
     // The loader's epoch-0 order.
     let mut order = Vec::new();
     epoch_order(
@@ -52,11 +82,11 @@ pub fn preview(
         &mut order,
     );
     let n = n.min(order.len());
-    let mut originals = Vec::with_capacity(n * IMAGE_PIXELS);
-    let mut augmented = Vec::with_capacity(n * side * side);
+    let mut originals = Vec::with_capacity(n * in_shape.len());
+    let mut augmented = Vec::with_capacity(n * out_shape.len());
     let mut samples = Vec::new();
     let mut scratch = Scratch::default();
-    let mut pixels = vec![0u8; IMAGE_PIXELS];
+    let mut pixels = vec![0u8; in_shape.len()];
     for (position, &i) in order.iter().take(n).enumerate() {
         let i = i as usize;
         dataset.image_into(i, &mut pixels);
@@ -75,49 +105,52 @@ pub fn preview(
     let json = out.join("samples.json");
     std::fs::write(&json, serde_json::to_vec_pretty(&samples)?)?;
     written.push(json);
-    for (name, data, s) in [
-        ("originals.npy", &originals, IMAGE_SIDE),
-        ("augmented.npy", &augmented, side),
+    for (name, data, shape) in [
+        ("originals.npy", &originals, in_shape),
+        ("augmented.npy", &augmented, out_shape),
     ] {
         let path = out.join(name);
-        Tensor::from_vec(data.clone(), (n, s, s), &Device::Cpu)?.write_npy(&path)?;
+        to_npy(data, n, shape, &path)?;
         written.push(path);
     }
     let png = out.join("preview.png");
-    let cell = IMAGE_SIDE.max(side) as u32 * SCALE + 4;
+    draw_grid(&png, n, [(&originals, in_shape), (&augmented, out_shape)])?;
+    written.push(png);
+    Ok(written)
+}
+
+/// The PNG: one column per sample, one row per stage (original, augmented).
+fn draw_grid(png: &Path, n: usize, rows: [(&[u8], ImageShape); 2]) -> anyhow::Result<()> {
+    let scale = scale_for(rows[0].1).min(scale_for(rows[1].1));
+    let side = |s: ImageShape| s.height.max(s.width) as u32 * scale;
+    let cell = side(rows[0].1).max(side(rows[1].1)) + 4;
     let width = (cell * n.max(1) as u32).max(cell);
-    {
-        let root = BitMapBackend::new(&png, (width, 2 * cell)).into_drawing_area();
-        root.fill(&RGBColor(40, 40, 40))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        for k in 0..n {
-            for (row, img, s) in [
-                (
-                    0u32,
-                    &originals[k * IMAGE_PIXELS..(k + 1) * IMAGE_PIXELS],
-                    IMAGE_SIDE,
-                ),
-                (1, &augmented[k * side * side..(k + 1) * side * side], side),
-            ] {
-                let (x0, y0) = (k as u32 * cell + 2, row * cell + 2);
-                for y in 0..s as u32 {
-                    for x in 0..s as u32 {
-                        let v = img[(y as usize) * s + x as usize];
-                        let rect = Rectangle::new(
-                            [
-                                ((x0 + x * SCALE) as i32, (y0 + y * SCALE) as i32),
-                                ((x0 + (x + 1) * SCALE) as i32, (y0 + (y + 1) * SCALE) as i32),
-                            ],
-                            RGBColor(v, v, v).filled(),
-                        );
-                        root.draw(&rect).map_err(|e| anyhow::anyhow!("{e}"))?;
-                    }
+    let root = BitMapBackend::new(png, (width, 2 * cell)).into_drawing_area();
+    root.fill(&RGBColor(40, 40, 40))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for k in 0..n {
+        for (row, (data, shape)) in rows.iter().enumerate() {
+            let img = &data[k * shape.len()..(k + 1) * shape.len()];
+            let (x0, y0) = (k as u32 * cell + 2, row as u32 * cell + 2);
+            let plane = shape.plane();
+            for y in 0..shape.height {
+                for x in 0..shape.width {
+                    let at =
+                        |c: usize| img[c.min(shape.channels - 1) * plane + y * shape.width + x];
+                    let (x, y) = (x as u32, y as u32);
+                    let rect = Rectangle::new(
+                        [
+                            ((x0 + x * scale) as i32, (y0 + y * scale) as i32),
+                            ((x0 + (x + 1) * scale) as i32, (y0 + (y + 1) * scale) as i32),
+                        ],
+                        RGBColor(at(0), at(1), at(2)).filled(),
+                    );
+                    root.draw(&rect).map_err(|e| anyhow::anyhow!("{e}"))?;
                 }
             }
         }
-        root.present()
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", png.display()))?;
     }
-    written.push(png);
-    Ok(written)
+    root.present()
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", png.display()))?;
+    Ok(())
 }

@@ -699,3 +699,55 @@ fn range_problems_come_with_type_and_unknown_key_problems_of_the_same_file() {
     }
     assert!(stderr.contains("(4 problems)"), "{stderr}");
 }
+
+#[test]
+fn normalize_needs_one_value_per_channel_of_the_data() {
+    let text = format!(
+        "{BASE}channels = 3\n\n[[transforms]]\nop = \"to_tensor\"\n[[transforms]]\nop = \"normalize\"\nmean = [0.5]\nstd = [0.5, 0.5, 0.5]\n"
+    );
+    rejects(&text, 14, "transforms[1].mean", "(3 channels), found 1");
+}
+
+#[test]
+fn random_crop_larger_than_the_image_is_refused() {
+    let text = format!(
+        "{BASE}\n[[transforms]]\nop = \"random_crop\"\nsize = 40\n[[transforms]]\nop = \"to_tensor\"\n"
+    );
+    rejects(&text, 11, "transforms[0].size", "larger than the image");
+}
+
+#[test]
+fn padding_mode_suggests_the_word() {
+    let text = format!(
+        "{BASE}\n[[transforms]]\nop = \"random_crop\"\npadding_mode = \"reflekt\"\n[[transforms]]\nop = \"to_tensor\"\n"
+    );
+    rejects(
+        &text,
+        11,
+        "transforms[0].padding_mode",
+        "did you mean \"reflect\"",
+    );
+}
+
+#[test]
+fn size_is_a_number_or_height_and_width() {
+    let text = format!(
+        "{BASE}\n[[transforms]]\nop = \"center_crop\"\nsize = \"big\"\n[[transforms]]\nop = \"to_tensor\"\n"
+    );
+    rejects(
+        &text,
+        11,
+        "transforms[0].size",
+        "a number of pixels or [height, width]",
+    );
+    // Both forms, and padding as one number, as torchvision takes them.
+    let dir = tempfile::tempdir().unwrap();
+    let ok = format!(
+        "{BASE}size = [36, 30]\nchannels = 3\n\n[[transforms]]\nop = \"random_crop\"\nsize = [24, 20]\npadding = 4\n\
+         [[transforms]]\nop = \"resize\"\nsize = 16\nmax_size = 30\n[[transforms]]\nop = \"color_jitter\"\n\
+         brightness = 0.4\nhue = 0.1\n[[transforms]]\nop = \"random_grayscale\"\n[[transforms]]\n\
+         op = \"to_tensor\"\n"
+    );
+    let file = write(dir.path(), &ok);
+    loaderlab().arg("validate").arg(&file).assert().success();
+}

@@ -8,7 +8,9 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use loaderlab::data::{DataError, FileSpec, Mirrors, ensure_files, read_idx};
+use loaderlab::data::{
+    DataError, FASHION_MNIST, FileSpec, IdxFamily, Mirrors, ensure_files, read_idx,
+};
 use md5::{Digest, Md5};
 
 #[derive(Clone)]
@@ -105,6 +107,12 @@ fn mirrors(bases: Vec<String>) -> Mirrors {
 
 const FILE: &str = "/train-images-idx3-ubyte.gz";
 
+/// FashionMNIST's files with no mirrors of its own, so nothing here reaches past 127.0.0.1.
+const FAMILY: IdxFamily = IdxFamily {
+    mirrors: &[],
+    ..FASHION_MNIST
+};
+
 fn raw_dir(root: &Path) -> std::path::PathBuf {
     root.join("FashionMNIST").join("raw")
 }
@@ -119,6 +127,7 @@ fn good_file_is_downloaded_verified_and_readable() {
     let root = tempfile::tempdir().unwrap();
     let paths = ensure_files(
         root.path(),
+        &FAMILY,
         &[spec(&body)],
         &mirrors(vec![format!("{}/a/", server.base)]),
     )
@@ -136,6 +145,7 @@ fn good_file_is_downloaded_verified_and_readable() {
     // Present now: no second request.
     ensure_files(
         root.path(),
+        &FAMILY,
         &[spec(&body)],
         &mirrors(vec![format!("{}/a/", server.base)]),
     )
@@ -157,7 +167,7 @@ fn bad_checksum_and_404_and_truncation_move_on_to_the_next_mirror() {
     let bases = ["missing", "bad", "cut", "good"]
         .map(|m| format!("{}/{m}", server.base))
         .to_vec();
-    let paths = ensure_files(root.path(), &[spec(&body)], &mirrors(bases)).unwrap();
+    let paths = ensure_files(root.path(), &FAMILY, &[spec(&body)], &mirrors(bases)).unwrap();
     assert_eq!(std::fs::read(&paths[0]).unwrap(), body);
     assert_eq!(server.log.lock().unwrap().len(), 4);
     assert!(
@@ -180,7 +190,7 @@ fn all_mirrors_failing_lists_what_was_tried() {
     let bases = ["missing", "bad", "cut"]
         .map(|m| format!("{}/{m}/", server.base))
         .to_vec();
-    let err = ensure_files(root.path(), &[spec(&body)], &mirrors(bases)).unwrap_err();
+    let err = ensure_files(root.path(), &FAMILY, &[spec(&body)], &mirrors(bases)).unwrap_err();
     let message = err.to_string();
     assert!(matches!(err, DataError::Download { .. }), "{message}");
     for needle in [
@@ -225,7 +235,7 @@ fn download_false_never_downloads() {
         download: false,
         quiet: true,
     };
-    let err = ensure_files(root.path(), &[spec(&body)], &m)
+    let err = ensure_files(root.path(), &FAMILY, &[spec(&body)], &m)
         .unwrap_err()
         .to_string();
     assert!(
@@ -245,7 +255,7 @@ fn existing_file_with_bad_checksum_is_refused() {
         &body[..body.len() - 3],
     )
     .unwrap();
-    let err = ensure_files(root.path(), &[spec(&body)], &mirrors(vec![]))
+    let err = ensure_files(root.path(), &FAMILY, &[spec(&body)], &mirrors(vec![]))
         .unwrap_err()
         .to_string();
     assert!(
@@ -272,6 +282,65 @@ fn uncompressed_torchvision_files_are_used_as_they_are() {
         download: false,
         quiet: true,
     };
-    let paths = ensure_files(root.path(), &[spec], &m).unwrap();
+    let paths = ensure_files(root.path(), &FAMILY, &[spec], &m).unwrap();
     assert_eq!(read_idx(&paths[0]).unwrap().data, [1, 2, 3]);
+}
+
+/// MNIST and CIFAR-10 go through the same downloader with their own names and checksums: a
+/// mirror serving other bytes is rejected with the published MD5 in the message, and nothing
+/// is left in place.
+#[test]
+fn mnist_and_cifar10_downloads_check_their_published_checksums() {
+    use loaderlab::config::{DatasetKind, Settings};
+    let body = gz_idx();
+    let server = serve(HashMap::from([
+        (format!("/m{FILE}"), Reply::Ok(body.clone())),
+        ("/c/cifar-10-binary.tar.gz".to_string(), Reply::Ok(body)),
+    ]));
+    for (kind, mirror, md5, name) in [
+        (
+            DatasetKind::Mnist,
+            "m",
+            "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+            "train-images-idx3-ubyte.gz",
+        ),
+        (
+            DatasetKind::Cifar10,
+            "c",
+            "c32a1d4ab5d03f1284b67883e8d87530",
+            "cifar-10-binary.tar.gz",
+        ),
+    ] {
+        let root = tempfile::tempdir().unwrap();
+        let mut s = Settings::default();
+        s.dataset.kind = kind;
+        s.dataset.root = root.path().display().to_string();
+        s.dataset.mirrors = vec![format!("{}/{mirror}/", server.base)];
+        let err = loaderlab::data::open(&s, true).err().unwrap().to_string();
+        assert!(
+            err.contains(&format!("{}/{mirror}/{name}", server.base))
+                && err.contains("checksum mismatch")
+                && err.contains(md5),
+            "{kind:?}: {err}"
+        );
+        let left: Vec<_> = walk(root.path());
+        assert!(
+            left.iter()
+                .all(|p| !p.ends_with(".gz") && !p.ends_with(".part")),
+            "{left:?}"
+        );
+    }
+}
+
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p.display().to_string());
+        }
+    }
+    out
 }

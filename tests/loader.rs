@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use loaderlab::config::seed_transforms;
-use loaderlab::data::{Dataset, IMAGE_PIXELS, Synthetic};
+use loaderlab::data::{Dataset, ImageShape, Synthetic};
 use loaderlab::loader::{Loader, LoaderConfig, LoaderError};
 use loaderlab::transforms::Pipeline;
 
@@ -22,9 +22,12 @@ impl Dataset for Faulty {
     fn label(&self, index: usize) -> u8 {
         self.inner.label(index)
     }
+    fn shape(&self) -> ImageShape {
+        self.inner.shape()
+    }
     fn image_into(&self, index: usize, buf: &mut [u8]) {
         assert!(index != self.bad, "image {index} is unreadable");
-        self.inner.image_into(index, &mut buf[..IMAGE_PIXELS]);
+        self.inner.image_into(index, buf);
     }
     fn classes(&self) -> usize {
         10
@@ -52,7 +55,7 @@ fn faulty_loader(workers: usize) -> Loader {
         inner: Synthetic::new(64, 10, 3),
         bad: 45,
     });
-    let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, 28));
+    let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, ImageShape::GREY_28));
     Loader::new(dataset, pipeline, config(workers)).unwrap()
 }
 
@@ -92,7 +95,7 @@ fn a_panicking_worker_is_an_error_naming_worker_and_batch() {
 #[test]
 fn dropping_a_busy_loader_returns_promptly() {
     let dataset = Arc::new(Synthetic::new(4096, 10, 1));
-    let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 1, 28));
+    let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 1, ImageShape::GREY_28));
     let mut loader = Loader::new(dataset, pipeline, config(2)).unwrap();
     loader.next_batch().unwrap();
     let started = Instant::now();
@@ -103,7 +106,7 @@ fn dropping_a_busy_loader_returns_promptly() {
 #[test]
 fn independent_builders_report_a_panic_instead_of_hanging() {
     use loaderlab::bench::independent_rate;
-    let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, 28));
+    let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, ImageShape::GREY_28));
     let good = Arc::new(Synthetic::new(64, 10, 3));
     let rate = independent_rate(good, pipeline.clone(), config(2), 2, 2, 8).unwrap();
     assert!(rate.is_finite() && rate > 0.0);

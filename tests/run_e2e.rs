@@ -471,7 +471,10 @@ fn preview_writes_images_parameters_and_arrays_that_agree() {
     // Re-applying the recorded parameters to the originals gives the augmented images.
     let mut scratch = loaderlab::transforms::ResizeScratch::default();
     for (k, s) in samples.iter().enumerate() {
-        let c = &s["crop"];
+        let ops = s["ops"].as_array().unwrap();
+        assert_eq!(ops[0]["op"], "random_resized_crop");
+        assert_eq!(ops[1]["op"], "random_rotation");
+        let c = &ops[0];
         let b = loaderlab::transforms::CropBox {
             top: c["top"].as_u64().unwrap() as usize,
             left: c["left"].as_u64().unwrap() as usize,
@@ -493,7 +496,7 @@ fn preview_writes_images_parameters_and_arrays_that_agree() {
             &cropped,
             28,
             28,
-            s["angle"].as_f64().unwrap(),
+            ops[1]["angle"].as_f64().unwrap(),
             0,
             &mut rotated,
         );

@@ -3,7 +3,7 @@
 
 use candle_core::{Device, Tensor};
 use loaderlab::config::OptimizerSection;
-use loaderlab::train::{InitialWeights, Layers, PARAMS, Trainer};
+use loaderlab::train::{InitialWeights, Layers, ModelInput, Trainer};
 use serde_json::Value;
 
 fn fixture() -> Value {
@@ -12,8 +12,11 @@ fn fixture() -> Value {
 }
 
 fn formula_weights(amps: &[f64]) -> InitialWeights {
-    InitialWeights(
-        PARAMS
+    let input = ModelInput::SEED;
+    InitialWeights {
+        input,
+        values: input
+            .params()
             .iter()
             .enumerate()
             .map(|(k, (_, shape))| {
@@ -23,7 +26,7 @@ fn formula_weights(amps: &[f64]) -> InitialWeights {
                     .collect()
             })
             .collect(),
-    )
+    }
 }
 
 fn formula_batch(batch: usize) -> (Tensor, Tensor) {
@@ -126,7 +129,7 @@ fn gradients_match_pytorch(layers: Layers) {
     let logits = trainer.model().forward(&x).unwrap();
     let loss = candle_nn::loss::cross_entropy(&logits, &y).unwrap();
     let grads = loss.backward().unwrap();
-    for (var, (name, _)) in trainer.model().vars().iter().zip(PARAMS) {
+    for (var, (name, _)) in trainer.model().vars().iter().zip(ModelInput::SEED.params()) {
         let g: Vec<f32> = grads
             .get(var)
             .unwrap()
@@ -150,4 +153,103 @@ fn gradients_match_pytorch(layers: Layers) {
             );
         }
     }
+}
+
+/// Weights and a batch for any input, from closed formulas.
+fn formula_case(input: ModelInput, batch: usize) -> (InitialWeights, Tensor, Tensor) {
+    let values = input
+        .params()
+        .iter()
+        .enumerate()
+        .map(|(k, (_, shape))| {
+            let n: usize = shape.iter().product();
+            let amp = 0.3 / (n as f64).sqrt().max(1.0) * 4.0;
+            (0..n)
+                .map(|i| (amp * (0.7 * i as f64 + k as f64).sin()) as f32)
+                .collect()
+        })
+        .collect();
+    let shape = input.shape;
+    let pixels: Vec<f32> = (0..batch * shape.len())
+        .map(|i| (0.5 + 0.5 * (0.13 * i as f64 + 1.0).sin()) as f32)
+        .collect();
+    let labels: Vec<u32> = (0..batch as u32)
+        .map(|n| n % input.classes as u32)
+        .collect();
+    let dims = (batch, shape.channels, shape.height, shape.width);
+    (
+        InitialWeights { input, values },
+        Tensor::from_vec(pixels, dims, &Device::Cpu).unwrap(),
+        Tensor::from_vec(labels, batch, &Device::Cpu).unwrap(),
+    )
+}
+
+/// Logits, loss and every gradient of one model on one batch.
+fn forward_backward(init: InitialWeights, x: &Tensor, y: &Tensor, layers: Layers) -> Vec<Vec<f32>> {
+    let trainer =
+        Trainer::with_layers(init, &OptimizerSection::default(), Device::Cpu, layers).unwrap();
+    let logits = trainer.model().forward(x).unwrap();
+    let loss = candle_nn::loss::cross_entropy(&logits, y).unwrap();
+    let grads = loss.backward().unwrap();
+    let mut out = vec![logits.flatten_all().unwrap().to_vec1().unwrap()];
+    for var in trainer.model().vars() {
+        out.push(
+            grads
+                .get(var)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap(),
+        );
+    }
+    out
+}
+
+/// The fast layers take colour images of other sizes (NCHW → NHWC, fc1's columns reordered
+/// for the pooled map) and agree with candle's own layers, which the PyTorch fixture pins.
+#[test]
+fn fast_layers_equal_candle_on_colour_images_of_another_size() {
+    let input = ModelInput {
+        shape: loaderlab::shape::ImageShape::new(3, 32, 24),
+        classes: 7,
+    };
+    let (init, x, y) = formula_case(input, 6);
+    let fast = forward_backward(init.clone(), &x, &y, Layers::FastCpu);
+    let candle = forward_backward(init, &x, &y, Layers::Candle);
+    for (k, (a, b)) in fast.iter().zip(&candle).enumerate() {
+        assert_eq!(a.len(), b.len());
+        let scale = b.iter().map(|v| v.abs()).fold(0f32, f32::max).max(1e-6);
+        let worst = a
+            .iter()
+            .zip(b)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst <= 1e-4 * scale,
+            "tensor {k}: worst difference {worst} (scale {scale})"
+        );
+    }
+    assert_eq!(fast[0].len(), 6 * 7, "logits for 7 classes");
+}
+
+/// Sides that a 2×2 pooling does not halve exactly: candle's layers floor as PyTorch does,
+/// and the trainer picks them for such shapes.
+#[test]
+fn odd_sides_train_with_floor_pooling() {
+    let input = ModelInput {
+        shape: loaderlab::shape::ImageShape::new(1, 30, 27),
+        classes: 10,
+    };
+    // fc1 sees 32 × ⌊⌊30/2⌋/2⌋ × ⌊⌊27/2⌋/2⌋ = 32 × 7 × 6.
+    assert_eq!(input.params()[4].1, vec![64, 32 * 7 * 6]);
+    assert_eq!(Layers::best_for(&Device::Cpu, input), Layers::Candle);
+    let (init, x, y) = formula_case(input, 4);
+    let mut trainer = Trainer::new(init, &OptimizerSection::default(), Device::Cpu).unwrap();
+    let first = trainer.step(&x, &y).unwrap().to_scalar::<f32>().unwrap();
+    let mut last = first;
+    for _ in 0..4 {
+        last = trainer.step(&x, &y).unwrap().to_scalar::<f32>().unwrap();
+    }
+    assert!(first.is_finite() && last < first, "loss {first} → {last}");
 }

@@ -17,4 +17,7 @@ pub use load::{Condition, ConfigError, ENV_PREFIX, Experiment, Overrides, load, 
 pub use problem::{KeyPath, Location, Problem, Seg};
 pub use resolved::resolved_toml;
 pub use schema::*;
-pub use validate::{MODEL_INPUT_SIDE, dataset_len, fashion_mnist_len};
+pub use validate::{
+    SMALL_CNN_MIN_SIDE, chain_output, dataset_len, dataset_shape, fashion_mnist_len, op_output,
+    resize_output, sets_size,
+};

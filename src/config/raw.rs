@@ -44,6 +44,17 @@ pub(super) fn check_value(
         check_transforms(cx, value, setting, shown, source);
         return;
     }
+    if let Some((lengths, expected)) = number_or_list(setting) {
+        let fits = |v: &Value| matches!(v, Value::Integer(i) if *i >= 0);
+        let ok = match value {
+            Value::Array(items) => lengths.contains(&items.len()) && items.iter().all(fits),
+            v => fits(v),
+        };
+        if !ok {
+            fail(cx, setting, expected, value);
+        }
+        return;
+    }
     match schema {
         Value::Table(st) => {
             let Value::Table(vt) = value else {
@@ -111,6 +122,22 @@ pub(super) fn check_value(
             }
         }
         Value::Datetime(_) => {}
+    }
+}
+
+/// Transform parameters written as one number or a list, as torchvision takes them: the list
+/// lengths allowed and how the message words it.
+fn number_or_list(setting: &KeyPath) -> Option<(&'static [usize], &'static str)> {
+    if setting.0.first() != Some(&Seg::Key("transforms".into())) {
+        return None;
+    }
+    match setting.last_key()? {
+        "size" => Some((&[2], "a number of pixels or [height, width]")),
+        "padding" => Some((
+            &[0, 1, 2, 4],
+            "a number of pixels, [left/right, top/bottom] or [left, top, right, bottom]",
+        )),
+        _ => None,
     }
 }
 

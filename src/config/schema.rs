@@ -43,7 +43,7 @@ impl Default for Settings {
 pub fn seed_transforms() -> Vec<TransformSpec> {
     vec![
         TransformSpec::RandomResizedCrop(RandomResizedCropSpec {
-            size: 28,
+            size: Size::Side(28),
             scale: [0.75, 1.0],
             ..RandomResizedCropSpec::default()
         }),
@@ -83,6 +83,8 @@ impl Default for ExperimentSection {
 #[serde(rename_all = "snake_case")]
 pub enum DatasetKind {
     FashionMnist,
+    Mnist,
+    Cifar10,
     Synthetic,
 }
 
@@ -97,24 +99,24 @@ pub enum Split {
 #[serde(deny_unknown_fields, default)]
 pub struct DatasetSection {
     pub kind: DatasetKind,
-    /// Folder holding `FashionMNIST/raw/` (torchvision's layout, so its downloads are reused).
+    /// Folder holding `FashionMNIST/raw/` or `MNIST/raw/` (torchvision's layout, so its
+    /// downloads are reused).
     pub root: String,
     pub split: Split,
-    /// Fetch missing FashionMNIST files from `mirrors`; when false a missing file is an error.
+    /// Fetch missing files from `mirrors`; when false a missing file is an error.
     pub download: bool,
-    /// Base URLs tried in order; each must serve the four `*-ubyte.gz` files.
+    /// Base URLs tried in order; each must serve the dataset's four `*-ubyte.gz` files. Empty:
+    /// the dataset's own mirrors (torchvision's).
     pub mirrors: Vec<String>,
     /// Number of images of the synthetic dataset.
     pub synthetic_size: u64,
     /// Number of classes of the synthetic dataset.
     pub synthetic_classes: u64,
+    /// Image size `[height, width]` of the synthetic dataset (real datasets bring their own).
+    pub size: [u64; 2],
+    /// Channels of the synthetic dataset: 1 (grey) or 3 (RGB).
+    pub channels: u64,
 }
-
-pub const DEFAULT_MIRRORS: [&str; 2] = [
-    // torchvision's mirror, then the dataset authors' repository.
-    "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
-    "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
-];
 
 impl Default for DatasetSection {
     fn default() -> Self {
@@ -123,9 +125,11 @@ impl Default for DatasetSection {
             root: "data".into(),
             split: Split::Train,
             download: true,
-            mirrors: DEFAULT_MIRRORS.iter().map(|s| s.to_string()).collect(),
+            mirrors: Vec::new(),
             synthetic_size: 60_000,
             synthetic_classes: 10,
+            size: [28, 28],
+            channels: 1,
         }
     }
 }
@@ -136,21 +140,43 @@ impl Default for DatasetSection {
 pub enum TransformSpec {
     RandomResizedCrop(RandomResizedCropSpec),
     RandomRotation(RandomRotationSpec),
-    RandomHorizontalFlip(RandomHorizontalFlipSpec),
+    RandomHorizontalFlip(RandomFlipSpec),
+    RandomVerticalFlip(RandomFlipSpec),
+    Resize(ResizeSpec),
+    CenterCrop(CenterCropSpec),
+    RandomCrop(RandomCropSpec),
+    ColorJitter(ColorJitterSpec),
+    Grayscale(GrayscaleSpec),
+    RandomGrayscale(RandomGrayscaleSpec),
     ToTensor(ToTensorSpec),
     Normalize(NormalizeSpec),
 }
 
 impl TransformSpec {
     /// Every op with torchvision's defaults for its parameters.
-    pub fn all() -> [TransformSpec; 5] {
+    pub fn all() -> [TransformSpec; 12] {
         [
             TransformSpec::RandomResizedCrop(Default::default()),
             TransformSpec::RandomRotation(Default::default()),
             TransformSpec::RandomHorizontalFlip(Default::default()),
+            TransformSpec::RandomVerticalFlip(Default::default()),
+            TransformSpec::Resize(Default::default()),
+            TransformSpec::CenterCrop(Default::default()),
+            TransformSpec::RandomCrop(Default::default()),
+            TransformSpec::ColorJitter(Default::default()),
+            TransformSpec::Grayscale(Default::default()),
+            TransformSpec::RandomGrayscale(Default::default()),
             TransformSpec::ToTensor(ToTensorSpec {}),
             TransformSpec::Normalize(Default::default()),
         ]
+    }
+
+    /// Whether the op works on 8-bit images (before `to_tensor`).
+    pub fn is_pixel_op(&self) -> bool {
+        !matches!(
+            self,
+            TransformSpec::ToTensor(_) | TransformSpec::Normalize(_)
+        )
     }
 
     /// The op names a user may write, in [`TransformSpec::all`]'s order.
@@ -168,8 +194,35 @@ impl TransformSpec {
             TransformSpec::RandomResizedCrop(_) => "random_resized_crop",
             TransformSpec::RandomRotation(_) => "random_rotation",
             TransformSpec::RandomHorizontalFlip(_) => "random_horizontal_flip",
+            TransformSpec::RandomVerticalFlip(_) => "random_vertical_flip",
+            TransformSpec::Resize(_) => "resize",
+            TransformSpec::CenterCrop(_) => "center_crop",
+            TransformSpec::RandomCrop(_) => "random_crop",
+            TransformSpec::ColorJitter(_) => "color_jitter",
+            TransformSpec::Grayscale(_) => "grayscale",
+            TransformSpec::RandomGrayscale(_) => "random_grayscale",
             TransformSpec::ToTensor(_) => "to_tensor",
             TransformSpec::Normalize(_) => "normalize",
+        }
+    }
+}
+
+/// An output size as torchvision takes it: one number, or `[height, width]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Size {
+    /// A square of this side (for `resize`: the shorter side, the aspect ratio kept).
+    Side(u64),
+    /// `[height, width]`.
+    Pair([u64; 2]),
+}
+
+impl Size {
+    /// (height, width) of a square or a pair.
+    pub fn fixed(&self) -> (usize, usize) {
+        match *self {
+            Size::Side(s) => (s as usize, s as usize),
+            Size::Pair([h, w]) => (h as usize, w as usize),
         }
     }
 }
@@ -178,8 +231,8 @@ impl TransformSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RandomResizedCropSpec {
-    /// Output side in pixels (square).
-    pub size: u64,
+    /// Output size in pixels: a square side or `[height, width]`.
+    pub size: Size,
     /// Range of the crop's area as a fraction of the image.
     pub scale: [f64; 2],
     /// Range of the crop's aspect ratio (width / height), sampled log-uniformly.
@@ -189,7 +242,7 @@ pub struct RandomResizedCropSpec {
 impl Default for RandomResizedCropSpec {
     fn default() -> Self {
         RandomResizedCropSpec {
-            size: 28,
+            size: Size::Side(28),
             scale: [0.08, 1.0],
             ratio: [3.0 / 4.0, 4.0 / 3.0],
         }
@@ -217,14 +270,140 @@ impl Default for RandomRotationSpec {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RandomHorizontalFlipSpec {
+pub struct RandomFlipSpec {
     /// Probability of flipping.
     pub p: f64,
 }
 
-impl Default for RandomHorizontalFlipSpec {
+impl Default for RandomFlipSpec {
     fn default() -> Self {
-        RandomHorizontalFlipSpec { p: 0.5 }
+        RandomFlipSpec { p: 0.5 }
+    }
+}
+
+/// torchvision `Resize(size, max_size)`, bilinear with Pillow's antialiasing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResizeSpec {
+    /// One number: the shorter side, the aspect ratio kept; `[height, width]`: exactly that.
+    pub size: Size,
+    /// With one number: the longer side's limit (0: none), as torchvision's `max_size`.
+    pub max_size: u64,
+}
+
+impl Default for ResizeSpec {
+    fn default() -> Self {
+        ResizeSpec {
+            size: Size::Side(256),
+            max_size: 0,
+        }
+    }
+}
+
+/// torchvision `CenterCrop(size)`; an image smaller than the crop is padded with 0 first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CenterCropSpec {
+    pub size: Size,
+}
+
+impl Default for CenterCropSpec {
+    fn default() -> Self {
+        CenterCropSpec {
+            size: Size::Side(224),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PaddingMode {
+    Constant,
+    Edge,
+    Reflect,
+    Symmetric,
+}
+
+/// A list of numbers, or one number read as a list of one (torchvision's `padding = 4`).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(u64),
+        Many(Vec<u64>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(v) => vec![v],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+/// torchvision `RandomCrop(size, padding, pad_if_needed, fill, padding_mode)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RandomCropSpec {
+    pub size: Size,
+    /// Pixels added before cropping: one number (every side), `[left/right, top/bottom]` or
+    /// `[left, top, right, bottom]`; empty or 0: none.
+    #[serde(deserialize_with = "one_or_many")]
+    pub padding: Vec<u64>,
+    /// Pad an image smaller than the crop (after `padding`) up to its size.
+    pub pad_if_needed: bool,
+    /// Value of constant padding (0–255, every channel).
+    pub fill: u8,
+    pub padding_mode: PaddingMode,
+}
+
+impl Default for RandomCropSpec {
+    fn default() -> Self {
+        RandomCropSpec {
+            size: Size::Side(32),
+            padding: Vec::new(),
+            pad_if_needed: false,
+            fill: 0,
+            padding_mode: PaddingMode::Constant,
+        }
+    }
+}
+
+/// torchvision `ColorJitter(brightness, contrast, saturation, hue)`: each factor drawn from
+/// [max(0, 1 − v), 1 + v] (hue from [−v, v]), applied in a random order; 0 disables one.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ColorJitterSpec {
+    pub brightness: f64,
+    pub contrast: f64,
+    pub saturation: f64,
+    /// At most 0.5.
+    pub hue: f64,
+}
+
+/// torchvision `Grayscale(num_output_channels)`: PIL's `convert("L")`, repeated to 3
+/// channels when asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrayscaleSpec {
+    pub num_output_channels: u64,
+}
+
+impl Default for GrayscaleSpec {
+    fn default() -> Self {
+        GrayscaleSpec {
+            num_output_channels: 1,
+        }
+    }
+}
+
+/// torchvision `RandomGrayscale(p)`: grey with probability `p`, the channel count kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RandomGrayscaleSpec {
+    pub p: f64,
+}
+
+impl Default for RandomGrayscaleSpec {
+    fn default() -> Self {
+        RandomGrayscaleSpec { p: 0.1 }
     }
 }
 
@@ -233,22 +412,12 @@ impl Default for RandomHorizontalFlipSpec {
 #[serde(deny_unknown_fields)]
 pub struct ToTensorSpec {}
 
-/// torchvision `Normalize(mean, std)`, one value per channel (FashionMNIST has one).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// torchvision `Normalize(mean, std)`: both required, one value per channel of the data.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NormalizeSpec {
     pub mean: Vec<f64>,
     pub std: Vec<f64>,
-}
-
-impl Default for NormalizeSpec {
-    fn default() -> Self {
-        // FashionMNIST's training-set statistics.
-        NormalizeSpec {
-            mean: vec![0.2860],
-            std: vec![0.3530],
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -452,13 +621,14 @@ macro_rules! choice {
     };
 }
 
-choice!(DatasetKind: FashionMnist, Synthetic);
+choice!(DatasetKind: FashionMnist, Mnist, Cifar10, Synthetic);
 choice!(Split: Train, Test);
 choice!(ModelKind: SmallCnn);
 choice!(OptimizerKind: Adam);
 choice!(DeviceKind: Auto, Cpu, Cuda);
 choice!(RunOrder: Alternate, Fixed, Shuffled);
 choice!(ImageFormat: Svg, Png);
+choice!(PaddingMode: Constant, Edge, Reflect, Symmetric);
 
 /// The allowed words of every string setting that is an enum, by dotted path without indices.
 pub fn choices(path: &str) -> Option<Vec<String>> {
@@ -470,6 +640,7 @@ pub fn choices(path: &str) -> Option<Vec<String>> {
         "device.kind" => DeviceKind::words(),
         "protocol.order" => RunOrder::words(),
         "report.formats" => ImageFormat::words(),
+        "transforms.padding_mode" => PaddingMode::words(),
         _ => return None,
     })
 }
@@ -522,7 +693,7 @@ mod tests {
         match &s.transforms[0] {
             TransformSpec::RandomResizedCrop(c) => {
                 assert_eq!(c.scale, [0.5, 1.0]);
-                assert_eq!(c.size, 28);
+                assert_eq!(c.size, Size::Side(28));
             }
             other => panic!("{other:?}"),
         }

@@ -2,12 +2,83 @@
 //! Each check returns the offending key path and a message; the loader ties it to its source.
 
 use super::problem::KeyPath;
-use super::schema::{DatasetKind, ModelKind, Settings, Split, TransformSpec};
+use super::schema::{DatasetKind, ModelKind, Settings, Size, Split, TransformSpec};
+use crate::shape::ImageShape;
 
-/// Input side the model expects (SmallCNN's Linear(1568) needs 28×28 after two poolings).
-pub const MODEL_INPUT_SIDE: u64 = 28;
+/// Smallest side small_cnn takes: its two 2×2 poolings must leave at least one pixel.
+pub const SMALL_CNN_MIN_SIDE: usize = 4;
 
-/// FashionMNIST's split sizes.
+/// The shape of the dataset's images, known from the settings alone.
+pub fn dataset_shape(s: &Settings) -> ImageShape {
+    let d = &s.dataset;
+    match d.kind {
+        DatasetKind::FashionMnist | DatasetKind::Mnist => ImageShape::GREY_28,
+        DatasetKind::Cifar10 => ImageShape::new(3, 32, 32),
+        DatasetKind::Synthetic => {
+            ImageShape::new(d.channels as usize, d.size[0] as usize, d.size[1] as usize)
+        }
+    }
+}
+
+/// torchvision's `Resize` output (height, width) for a `height`×`width` image: one number is
+/// the shorter side (the longer one scaled and truncated, as `int(size * long / short)`),
+/// capped by `max_size` (0: no cap) on the longer side.
+pub fn resize_output(height: usize, width: usize, size: Size, max_size: u64) -> (usize, usize) {
+    let Size::Side(side) = size else {
+        return size.fixed();
+    };
+    let (short, long) = (height.min(width), height.max(width));
+    let mut new_short = side as usize;
+    let mut new_long = (side as f64 * long as f64 / short.max(1) as f64) as usize;
+    if max_size > 0 && new_long > max_size as usize {
+        new_short = (max_size as f64 * new_short as f64 / new_long as f64) as usize;
+        new_long = max_size as usize;
+    }
+    if width <= height {
+        (new_long, new_short)
+    } else {
+        (new_short, new_long)
+    }
+}
+
+/// The shape after op `spec`, given the shape before it.
+pub fn op_output(spec: &TransformSpec, input: ImageShape) -> ImageShape {
+    let sized = |(h, w): (usize, usize)| input.with_size(h, w);
+    match spec {
+        TransformSpec::RandomResizedCrop(c) => sized(c.size.fixed()),
+        TransformSpec::CenterCrop(c) => sized(c.size.fixed()),
+        TransformSpec::RandomCrop(c) => sized(c.size.fixed()),
+        TransformSpec::Resize(r) => {
+            sized(resize_output(input.height, input.width, r.size, r.max_size))
+        }
+        TransformSpec::Grayscale(g) => input.with_channels(g.num_output_channels as usize),
+        TransformSpec::RandomRotation(_)
+        | TransformSpec::RandomHorizontalFlip(_)
+        | TransformSpec::RandomVerticalFlip(_)
+        | TransformSpec::ColorJitter(_)
+        | TransformSpec::RandomGrayscale(_)
+        | TransformSpec::ToTensor(_)
+        | TransformSpec::Normalize(_) => input,
+    }
+}
+
+/// Whether the op fixes the output size whatever the input's (a crop or resize to a size).
+pub fn sets_size(spec: &TransformSpec) -> bool {
+    match spec {
+        TransformSpec::RandomResizedCrop(_)
+        | TransformSpec::CenterCrop(_)
+        | TransformSpec::RandomCrop(_) => true,
+        TransformSpec::Resize(r) => matches!(r.size, Size::Pair(_)),
+        _ => false,
+    }
+}
+
+/// The shape of the tensors the transform chain hands the model, for `input` images.
+pub fn chain_output(specs: &[TransformSpec], input: ImageShape) -> ImageShape {
+    specs.iter().fold(input, |shape, t| op_output(t, shape))
+}
+
+/// FashionMNIST's and MNIST's split sizes.
 pub fn fashion_mnist_len(split: Split) -> u64 {
     match split {
         Split::Train => 60_000,
@@ -18,7 +89,11 @@ pub fn fashion_mnist_len(split: Split) -> u64 {
 /// Number of images the configured dataset holds.
 pub fn dataset_len(s: &Settings) -> u64 {
     match s.dataset.kind {
-        DatasetKind::FashionMnist => fashion_mnist_len(s.dataset.split),
+        DatasetKind::FashionMnist | DatasetKind::Mnist => fashion_mnist_len(s.dataset.split),
+        DatasetKind::Cifar10 => match s.dataset.split {
+            Split::Train => 50_000,
+            Split::Test => 10_000,
+        },
         DatasetKind::Synthetic => s.dataset.synthetic_size,
     }
 }
@@ -28,6 +103,7 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
     let mut out = Vec::new();
     check_dataset(s, &mut out);
     check_transforms(s, &mut out);
+    check_model(s, &mut out);
     check_loader(s, &mut out);
     check_optimizer(s, &mut out);
     out
@@ -53,14 +129,21 @@ fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
                 ),
             );
         }
-    }
-    if s.dataset.kind == DatasetKind::FashionMnist && s.dataset.download {
-        if s.dataset.mirrors.is_empty() {
+        let [h, w] = s.dataset.size;
+        if !(1..=8192).contains(&h) || !(1..=8192).contains(&w) {
             bad(
-                key("dataset", "mirrors"),
-                "expected at least one mirror URL when download = true".into(),
+                key("dataset", "size"),
+                format!("expected [height, width], each 1 to 8192 pixels, found [{h}, {w}]"),
             );
         }
+        if !matches!(s.dataset.channels, 1 | 3) {
+            bad(
+                key("dataset", "channels"),
+                format!("expected 1 (grey) or 3 (RGB), found {}", s.dataset.channels),
+            );
+        }
+    }
+    if s.dataset.kind != DatasetKind::Synthetic && s.dataset.download {
         for (i, m) in s.dataset.mirrors.iter().enumerate() {
             if !(m.starts_with("http://") || m.starts_with("https://")) {
                 bad(
@@ -83,17 +166,10 @@ fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
 fn check_transforms(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let mut bad = |path: KeyPath, message: String| out.push((path, message));
     let mut tensor_at = None;
-    let mut side = MODEL_INPUT_SIDE;
-    let mut side_from = None;
+    let mut shape = dataset_shape(s);
     for (i, t) in s.transforms.iter().enumerate() {
         let at = KeyPath::keys(["transforms"]).index(i);
-        let is_pixel_op = matches!(
-            t,
-            TransformSpec::RandomResizedCrop(_)
-                | TransformSpec::RandomRotation(_)
-                | TransformSpec::RandomHorizontalFlip(_)
-        );
-        if is_pixel_op && tensor_at.is_some() {
+        if t.is_pixel_op() && tensor_at.is_some() {
             bad(
                 at.key("op"),
                 format!(
@@ -101,12 +177,6 @@ fn check_transforms(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
                     t.op_name()
                 ),
             );
-        }
-        if let TransformSpec::RandomResizedCrop(c) = t
-            && c.size > 0
-        {
-            side = c.size;
-            side_from = Some(at.key("size"));
         }
         if matches!(t, TransformSpec::ToTensor(_)) {
             if tensor_at.is_some() {
@@ -117,7 +187,8 @@ fn check_transforms(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             }
             tensor_at = Some(i);
         }
-        check_op(t, &at, tensor_at.is_some(), &mut bad);
+        check_op(t, &at, shape, tensor_at.is_some(), &mut bad);
+        shape = op_output(t, shape);
     }
     if tensor_at.is_none() {
         bad(
@@ -125,15 +196,32 @@ fn check_transforms(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             "the pipeline must end in a tensor: add { op = \"to_tensor\" }".into(),
         );
     }
-    if let Some(path) =
-        side_from.filter(|_| s.model.kind == ModelKind::SmallCnn && side != MODEL_INPUT_SIDE)
+}
+
+/// The model takes what the transforms hand it: the key that set the image size is named.
+fn check_model(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
+    let input = dataset_shape(s);
+    let shape = chain_output(&s.transforms, input);
+    let min = SMALL_CNN_MIN_SIDE;
+    if s.model.kind == ModelKind::SmallCnn
+        && (shape.height < min || shape.width < min)
+        && !shape.is_empty()
     {
-        bad(
-            path,
+        // The last op that set the size, else the dataset's size.
+        let from = s
+            .transforms
+            .iter()
+            .rposition(sets_size)
+            .map(|i| KeyPath::keys(["transforms"]).index(i).key("size"))
+            .unwrap_or_else(|| KeyPath::keys(["dataset", "size"]));
+        out.push((
+            from,
             format!(
-                "model small_cnn takes {MODEL_INPUT_SIDE}×{MODEL_INPUT_SIDE} images, found size {side}"
+                "model small_cnn needs images of at least {min}×{min} (two 2×2 poolings), \
+                 the transforms hand it {}×{}",
+                shape.height, shape.width
             ),
-        );
+        ));
     }
 }
 
@@ -141,14 +229,13 @@ fn check_transforms(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
 fn check_op(
     t: &TransformSpec,
     at: &KeyPath,
+    input: ImageShape,
     after_tensor: bool,
     bad: &mut dyn FnMut(KeyPath, String),
 ) {
     match t {
         TransformSpec::RandomResizedCrop(c) => {
-            if c.size == 0 {
-                bad(at.key("size"), "expected at least 1 pixel, found 0".into());
-            }
+            check_size(c.size, at, bad);
             let [lo, hi] = c.scale;
             if !(lo > 0.0 && hi <= 1.0 && lo <= hi) {
                 bad(
@@ -177,11 +264,80 @@ fn check_op(
                 );
             }
         }
-        TransformSpec::RandomHorizontalFlip(f) => {
-            if !(0.0..=1.0).contains(&f.p) {
+        TransformSpec::RandomHorizontalFlip(f) | TransformSpec::RandomVerticalFlip(f) => {
+            check_probability(f.p, at, bad)
+        }
+        TransformSpec::RandomGrayscale(g) => check_probability(g.p, at, bad),
+        TransformSpec::Resize(r) => {
+            check_size(r.size, at, bad);
+            if r.max_size > 0 {
+                match r.size {
+                    Size::Pair(_) => bad(
+                        at.key("max_size"),
+                        "max_size applies only when size is one number (the shorter side)".into(),
+                    ),
+                    Size::Side(s) if r.max_size <= s => bad(
+                        at.key("max_size"),
+                        format!("expected more than size ({s}), found {}", r.max_size),
+                    ),
+                    _ => {}
+                }
+            }
+        }
+        TransformSpec::CenterCrop(c) => check_size(c.size, at, bad),
+        TransformSpec::RandomCrop(c) => {
+            check_size(c.size, at, bad);
+            let (th, tw) = c.size.fixed();
+            let p = crate::shape::Padding::from_values(&c.padding);
+            let (h, w) = (
+                input.height + p.top + p.bottom,
+                input.width + p.left + p.right,
+            );
+            if !c.pad_if_needed && !input.is_empty() && (th > h || tw > w) {
                 bad(
-                    at.key("p"),
-                    format!("expected a probability from 0 to 1, found {}", f.p),
+                    at.key("size"),
+                    format!(
+                        "the crop ({th}×{tw}) is larger than the image it gets ({h}×{w} after \
+                         padding); set pad_if_needed = true or a smaller size"
+                    ),
+                );
+            }
+            if !matches!(c.padding.len(), 0 | 1 | 2 | 4) {
+                bad(
+                    at.key("padding"),
+                    format!(
+                        "expected one number, [left/right, top/bottom] or [left, top, right, \
+                         bottom], found {} values",
+                        c.padding.len()
+                    ),
+                );
+            }
+        }
+        TransformSpec::ColorJitter(j) => {
+            for (key, v) in [
+                ("brightness", j.brightness),
+                ("contrast", j.contrast),
+                ("saturation", j.saturation),
+            ] {
+                if v < 0.0 {
+                    bad(at.key(key), format!("expected a value ≥ 0, found {v}"));
+                }
+            }
+            if !(0.0..=0.5).contains(&j.hue) {
+                bad(
+                    at.key("hue"),
+                    format!(
+                        "expected 0 to 0.5 (the shift is drawn from [-hue, hue]), found {}",
+                        j.hue
+                    ),
+                );
+            }
+        }
+        TransformSpec::Grayscale(g) => {
+            if !matches!(g.num_output_channels, 1 | 3) {
+                bad(
+                    at.key("num_output_channels"),
+                    format!("expected 1 or 3, found {}", g.num_output_channels),
                 );
             }
         }
@@ -193,28 +349,40 @@ fn check_op(
                     "normalize works on tensors and must come after to_tensor".into(),
                 );
             }
-            if n.mean.len() != 1 {
-                bad(
-                    at.key("mean"),
-                    format!(
-                        "expected one value per channel (1 channel), found {}",
-                        n.mean.len()
-                    ),
-                );
-            }
-            if n.std.len() != 1 {
-                bad(
-                    at.key("std"),
-                    format!(
-                        "expected one value per channel (1 channel), found {}",
-                        n.std.len()
-                    ),
-                );
+            let c = input.channels;
+            for (key, values) in [("mean", &n.mean), ("std", &n.std)] {
+                if values.len() != c {
+                    bad(
+                        at.key(key),
+                        format!(
+                            "expected one value per channel of the data ({c} channel{}), found {}",
+                            if c == 1 { "" } else { "s" },
+                            values.len()
+                        ),
+                    );
+                }
             }
             if n.std.iter().any(|v| *v <= 0.0) {
                 bad(at.key("std"), "expected values > 0".into());
             }
         }
+    }
+}
+
+/// A size of at least one pixel.
+fn check_size(size: Size, at: &KeyPath, bad: &mut dyn FnMut(KeyPath, String)) {
+    let (h, w) = size.fixed();
+    if h == 0 || w == 0 {
+        bad(at.key("size"), "expected at least 1 pixel, found 0".into());
+    }
+}
+
+fn check_probability(p: f64, at: &KeyPath, bad: &mut dyn FnMut(KeyPath, String)) {
+    if !(0.0..=1.0).contains(&p) {
+        bad(
+            at.key("p"),
+            format!("expected a probability from 0 to 1, found {p}"),
+        );
     }
 }
 

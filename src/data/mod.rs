@@ -2,32 +2,36 @@
 //!
 //! Invariant: a dataset is immutable once opened and `image_into(i)` always yields the same
 //! pixels for the same `i`, from any thread, so every loader condition sees the same data.
+//! Pixels are planar (CHW, [`crate::shape`]), every image of a dataset has its `shape()`.
 
-mod fashion_mnist;
+mod cifar;
+mod download;
 mod idx;
+mod mnist;
 mod synthetic;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use fashion_mnist::{FashionMnist, FileSpec, Mirrors, ensure_files, files_for};
+pub use cifar::{CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_SHAPE, Cifar10, unpack as unpack_cifar};
+pub use download::{FileSpec, Mirrors};
 pub use idx::{IdxArray, read_idx, write_idx};
+pub use mnist::{FASHION_MNIST, IdxFamily, MNIST, Mnist, ensure_files};
 pub use synthetic::Synthetic;
 
 use crate::config::{DatasetKind, Settings};
+pub use crate::shape::ImageShape;
 
-/// Side of the square grey-level images both datasets provide.
-pub const IMAGE_SIDE: usize = 28;
-pub const IMAGE_PIXELS: usize = IMAGE_SIDE * IMAGE_SIDE;
-
-/// A labelled set of 28×28 grey-level images.
+/// A labelled set of 8-bit images of one shape.
 pub trait Dataset: Send + Sync {
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
     fn label(&self, index: usize) -> u8;
-    /// Copy image `index` (row-major, IMAGE_PIXELS bytes) into `buf`.
+    /// The shape of every image.
+    fn shape(&self) -> ImageShape;
+    /// Copy image `index` (planar, `shape().len()` bytes) into `buf`.
     fn image_into(&self, index: usize, buf: &mut [u8]);
     /// A hint that image `index` will be read soon.
     fn prefetch(&self, _index: usize) {}
@@ -76,25 +80,23 @@ pub enum DataError {
     Mismatch(String),
 }
 
-/// Open the dataset the settings name, downloading FashionMNIST files if allowed.
+/// Open the dataset the settings name, downloading its files if allowed.
 pub fn open(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataError> {
     let d = &settings.dataset;
+    let mirrors = Mirrors {
+        bases: d.mirrors.clone(),
+        download: d.download,
+        quiet,
+    };
+    let root = std::path::Path::new(&d.root);
     Ok(match d.kind {
-        DatasetKind::FashionMnist => {
-            let mirrors = Mirrors {
-                bases: d.mirrors.clone(),
-                download: d.download,
-                quiet,
-            };
-            Arc::new(FashionMnist::open(
-                std::path::Path::new(&d.root),
-                d.split,
-                &mirrors,
-            )?)
-        }
-        DatasetKind::Synthetic => Arc::new(Synthetic::new(
+        DatasetKind::FashionMnist => Arc::new(Mnist::open(FASHION_MNIST, root, d.split, &mirrors)?),
+        DatasetKind::Mnist => Arc::new(Mnist::open(MNIST, root, d.split, &mirrors)?),
+        DatasetKind::Cifar10 => Arc::new(Cifar10::open(root, d.split, &mirrors)?),
+        DatasetKind::Synthetic => Arc::new(Synthetic::with_shape(
             d.synthetic_size as usize,
             d.synthetic_classes as usize,
+            crate::config::dataset_shape(settings),
             settings.experiment.seed,
         )),
     })

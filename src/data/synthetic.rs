@@ -1,22 +1,27 @@
 //! A learnable, class-structured synthetic dataset: each class is a fixed arrangement of bright
 //! strokes; each sample shifts it by a few pixels, scales its brightness and adds texture, all
-//! drawn from (seed, index), so it needs no download. Up to [`PRERENDER_MAX`] images are
-//! rendered once at construction and then copied out, like a real dataset held in memory
+//! drawn from (seed, index), so it needs no download. Any size, 1 or 3 channels (a colour per
+//! stroke). Up to [`PRERENDER_MAX_BYTES`] of images are rendered once at construction and then copied out, like a real dataset held in memory
 //! (FashionMNIST's `image_into` is a copy); a loader benchmark on synthetic data then measures
 //! the loader and the transforms, not the generator. Larger datasets render on every read.
 
-use super::{Dataset, IMAGE_PIXELS, IMAGE_SIDE};
+use super::{Dataset, ImageShape};
 use crate::hash::splitmix;
 
-/// Datasets up to this many images (≈ 196 MB) are rendered once, at construction.
-pub const PRERENDER_MAX: usize = 250_000;
+/// Datasets up to this many bytes (250 000 FashionMNIST-sized images) are rendered once, at
+/// construction.
+pub const PRERENDER_MAX_BYTES: usize = 250_000 * 784;
+
+/// The size the strokes were designed at; other sizes scale them.
+const DESIGN_SIDE: usize = 28;
 
 pub struct Synthetic {
     len: usize,
     classes: usize,
     seed: u64,
-    /// One 28×28 template per class.
-    templates: Vec<[u8; IMAGE_PIXELS]>,
+    shape: ImageShape,
+    /// One template per class, planar.
+    templates: Vec<Vec<u8>>,
     /// Noise in 0–31 that samples take their texture from.
     texture: Vec<u8>,
     /// Every image, rendered, when the dataset is small enough.
@@ -24,52 +29,76 @@ pub struct Synthetic {
 }
 
 impl Synthetic {
+    /// 28×28 grey images, FashionMNIST's shape.
     pub fn new(len: usize, classes: usize, seed: u64) -> Self {
-        let templates = (0..classes).map(|c| template(c, seed)).collect();
-        let texture = (0..1u64 << 16)
+        Self::with_shape(len, classes, ImageShape::GREY_28, seed)
+    }
+
+    /// Images of any shape; at 1×28×28 the same pixels as [`Synthetic::new`].
+    pub fn with_shape(len: usize, classes: usize, shape: ImageShape, seed: u64) -> Self {
+        let templates = (0..classes).map(|c| template(c, seed, shape)).collect();
+        let texture = (0..(1usize << 16).max(2 * shape.len()) as u64)
             .map(|i| (splitmix(seed ^ 0x7465_7874 ^ i) & 31) as u8)
             .collect();
         let mut s = Synthetic {
             len,
             classes,
             seed,
+            shape,
             templates,
             texture,
             rendered: None,
         };
-        if len <= PRERENDER_MAX {
-            let mut all = super::with_large_pages(len * IMAGE_PIXELS);
-            all.resize(len * IMAGE_PIXELS, 0);
-            for (i, img) in all.chunks_exact_mut(IMAGE_PIXELS).enumerate() {
+        let bytes = len * shape.len();
+        if bytes <= PRERENDER_MAX_BYTES {
+            let mut all = super::with_large_pages(bytes);
+            all.resize(bytes, 0);
+            for (i, img) in all.chunks_exact_mut(shape.len()).enumerate() {
                 s.render(i, img);
             }
             s.rendered = Some(all);
         }
         s
     }
+
+    fn pixels(&self, index: usize) -> Option<&[u8]> {
+        let n = self.shape.len();
+        self.rendered
+            .as_ref()
+            .map(|all| &all[index * n..(index + 1) * n])
+    }
 }
 
-/// Class `c`'s template: three strokes (bars or boxes) placed by a hash of (seed, class).
-fn template(class: usize, seed: u64) -> [u8; IMAGE_PIXELS] {
-    let mut img = [0u8; IMAGE_PIXELS];
+/// Class `c`'s template: three strokes (bars or boxes) placed by a hash of (seed, class), with
+/// a level per channel (a colour when there are three).
+fn template(class: usize, seed: u64, shape: ImageShape) -> Vec<u8> {
+    let (w, hgt) = (shape.width, shape.height);
+    let mut img = vec![0u8; shape.len()];
+    let along_x = |v: usize| v * w / DESIGN_SIDE;
+    let along_y = |v: usize| v * hgt / DESIGN_SIDE;
     let mut h = splitmix(seed ^ 0x5eed_c1a5 ^ (class as u64).wrapping_mul(0x1000_0001));
     for stroke in 0..3 {
         h = splitmix(h.wrapping_add(stroke));
-        let x0 = 4 + (h % 16) as usize;
-        let y0 = 4 + ((h >> 8) % 16) as usize;
+        let x0 = along_x(4 + (h % 16) as usize);
+        let y0 = along_y(4 + ((h >> 8) % 16) as usize);
         let len = 6 + ((h >> 16) % 10) as usize;
         let thick = 2 + ((h >> 24) % 2) as usize;
         let horizontal = (h >> 32) & 1 == 0;
-        let level = 140 + ((h >> 40) % 116) as u8;
-        for a in 0..len {
-            for t in 0..thick {
-                let (x, y) = if horizontal {
-                    (x0 + a, y0 + t)
-                } else {
-                    (x0 + t, y0 + a)
-                };
-                if x < IMAGE_SIDE && y < IMAGE_SIDE {
-                    img[y * IMAGE_SIDE + x] = level;
+        let (run_x, run_y) = if horizontal {
+            (along_x(len), along_y(thick).max(1))
+        } else {
+            (along_x(thick).max(1), along_y(len))
+        };
+        for c in 0..shape.channels {
+            let level = if c == 0 {
+                140 + ((h >> 40) % 116) as u8
+            } else {
+                40 + (splitmix(h ^ c as u64) % 216) as u8
+            };
+            let plane = &mut img[c * shape.plane()..][..shape.plane()];
+            for y in y0..(y0 + run_y).min(hgt) {
+                for x in x0..(x0 + run_x).min(w) {
+                    plane[y * w + x] = level;
                 }
             }
         }
@@ -87,17 +116,20 @@ impl Dataset for Synthetic {
             % self.classes as u64) as u8
     }
 
+    fn shape(&self) -> ImageShape {
+        self.shape
+    }
+
     fn image_into(&self, index: usize, buf: &mut [u8]) {
-        match &self.rendered {
-            Some(all) => buf[..IMAGE_PIXELS]
-                .copy_from_slice(&all[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]),
+        match self.pixels(index) {
+            Some(p) => buf[..p.len()].copy_from_slice(p),
             None => self.render(index, buf),
         }
     }
 
     fn prefetch(&self, index: usize) {
-        if let Some(all) = &self.rendered {
-            super::prefetch_bytes(&all[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]);
+        if let Some(p) = self.pixels(index) {
+            super::prefetch_bytes(p);
         }
     }
 
@@ -106,39 +138,56 @@ impl Dataset for Synthetic {
     }
 
     fn describe(&self) -> String {
-        format!("synthetic, {} classes ({} images)", self.classes, self.len)
+        let shape = if self.shape == ImageShape::GREY_28 {
+            String::new()
+        } else {
+            format!(" {}", self.shape)
+        };
+        format!(
+            "synthetic{shape}, {} classes ({} images)",
+            self.classes, self.len
+        )
     }
 }
 
 impl Synthetic {
     /// Image `index`, drawn from (seed, index) alone.
     fn render(&self, index: usize, buf: &mut [u8]) {
+        let ImageShape { width, height, .. } = self.shape;
+        let plane = self.shape.plane();
         let class = self.label(index) as usize;
         let t = &self.templates[class];
         let h = splitmix(self.seed.rotate_left(17) ^ index as u64);
-        let dx = (h % 5) as isize - 2;
-        let dy = ((h >> 8) % 5) as isize - 2;
+        // Shifts of up to ±2 pixels at 28 px, proportionally more on larger images.
+        let reach = |side: usize| (2 * side / DESIGN_SIDE).max(2) as u64;
+        let (mx, my) = (reach(width), reach(height));
+        let dx = (h % (2 * mx + 1)) as isize - mx as isize;
+        let dy = ((h >> 8) % (2 * my + 1)) as isize - my as isize;
         let gain = 160 + ((h >> 16) % 97) as u32; // brightness × gain / 256
         // Texture: a window into a fixed noise table, chosen by the sample (a load, not a draw).
-        let start = (h >> 24) as usize % (self.texture.len() - IMAGE_PIXELS);
-        let texture = &self.texture[start..start + IMAGE_PIXELS];
-        for y in 0..IMAGE_SIDE {
-            let row = &mut buf[y * IMAGE_SIDE..][..IMAGE_SIDE];
-            let noise = &texture[y * IMAGE_SIDE..][..IMAGE_SIDE];
-            let sy = y as isize - dy;
-            if !(0..IMAGE_SIDE as isize).contains(&sy) {
-                row.copy_from_slice(noise);
-                continue;
-            }
-            let src = &t[sy as usize * IMAGE_SIDE..][..IMAGE_SIDE];
-            for (x, (out, &n)) in row.iter_mut().zip(noise).enumerate() {
-                let sx = x as isize - dx;
-                let base = if (0..IMAGE_SIDE as isize).contains(&sx) {
-                    src[sx as usize] as u32
-                } else {
-                    0
-                };
-                *out = ((base * gain) / 256 + n as u32).min(255) as u8;
+        let n = self.shape.len();
+        let start = (h >> 24) as usize % (self.texture.len() - n);
+        let texture = &self.texture[start..start + n];
+        for c in 0..self.shape.channels {
+            let t = &t[c * plane..][..plane];
+            for y in 0..height {
+                let row = &mut buf[c * plane + y * width..][..width];
+                let noise = &texture[c * plane + y * width..][..width];
+                let sy = y as isize - dy;
+                if !(0..height as isize).contains(&sy) {
+                    row.copy_from_slice(noise);
+                    continue;
+                }
+                let src = &t[sy as usize * width..][..width];
+                for (x, (out, &n)) in row.iter_mut().zip(noise).enumerate() {
+                    let sx = x as isize - dx;
+                    let base = if (0..width as isize).contains(&sx) {
+                        src[sx as usize] as u32
+                    } else {
+                        0
+                    };
+                    *out = ((base * gain) / 256 + n as u32).min(255) as u8;
+                }
             }
         }
     }
@@ -152,8 +201,8 @@ mod tests {
     fn deterministic_structured_and_balanced() {
         let a = Synthetic::new(1000, 10, 3);
         let b = Synthetic::new(1000, 10, 3);
-        let mut x = [0u8; IMAGE_PIXELS];
-        let mut y = [0u8; IMAGE_PIXELS];
+        let mut x = [0u8; 784];
+        let mut y = [0u8; 784];
         for i in [0, 17, 999] {
             a.image_into(i, &mut x);
             b.image_into(i, &mut y);

@@ -1,5 +1,7 @@
 //! A batch and the memory its images live in.
 
+use crate::shape::ImageShape;
+
 /// Where batch images live when not in an ordinary `Vec`: page-locked (pinned) host memory a
 /// CUDA device can copy from asynchronously. The loader knows nothing about CUDA; a `cuda`
 /// build passes an implementation to [`Loader::with_memory`].
@@ -62,7 +64,7 @@ impl Images {
     }
 }
 
-/// One batch: images as NCHW float32 (C = 1), labels, and a fingerprint of both.
+/// One batch: images as NCHW float32, labels, and a fingerprint of both.
 #[derive(Default)]
 pub struct Batch {
     /// Global batch number, counting across epochs from 0.
@@ -70,8 +72,8 @@ pub struct Batch {
     pub epoch: u64,
     /// Number of samples (smaller than batch_size only for a last partial batch).
     pub len: usize,
-    /// Side of each image.
-    pub side: usize,
+    /// Shape of each image (C×H×W floats).
+    pub shape: ImageShape,
     pub(super) images: Images,
     pub(super) labels: Vec<u32>,
     pub fingerprint: u64,
@@ -83,7 +85,7 @@ impl std::fmt::Debug for Batch {
             .field("index", &self.index)
             .field("epoch", &self.epoch)
             .field("len", &self.len)
-            .field("side", &self.side)
+            .field("shape", &self.shape)
             .field("pinned", &matches!(self.images, Images::Block(_)))
             .field("fingerprint", &self.fingerprint)
             .finish()
@@ -92,7 +94,7 @@ impl std::fmt::Debug for Batch {
 
 impl Batch {
     pub fn images(&self) -> &[f32] {
-        &self.images.as_slice()[..self.len * self.side * self.side]
+        &self.images.as_slice()[..self.len * self.shape.len()]
     }
     pub fn labels(&self) -> &[u32] {
         &self.labels[..self.len]

@@ -23,7 +23,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::Settings;
-use crate::data::{Dataset, IMAGE_PIXELS};
+use crate::data::Dataset;
 use crate::hash::{Fingerprint, splitmix};
 use crate::spans;
 use crate::transforms::{Pipeline, Scratch};
@@ -150,18 +150,18 @@ impl Builder {
         Builder {
             sampler: Sampler::new(source.dataset.len(), &source.cfg),
             scratch: Scratch::default(),
-            pixels: vec![0; IMAGE_PIXELS],
+            pixels: vec![0; source.dataset.shape().len()],
         }
     }
 
     fn build(&mut self, source: &Source, k: u64, batch: &mut Batch) {
-        let side = source.pipeline.out_side();
-        let plane = side * side;
+        let shape = source.pipeline.output_shape();
+        let plane = shape.len();
         let (epoch, indices) = self.sampler.batch(k);
         batch.index = k;
         batch.epoch = epoch;
         batch.len = indices.len();
-        batch.side = side;
+        batch.shape = shape;
         if let Err(e) = batch
             .images
             .ensure(source.cfg.batch_size * plane, source.memory.as_deref())
@@ -371,6 +371,7 @@ mod tests {
     use super::*;
     use crate::config::seed_transforms;
     use crate::data::Synthetic;
+    use crate::shape::ImageShape;
 
     fn loader(workers: usize, persistent: bool, len: usize) -> Loader {
         loader_in(workers, persistent, len, None)
@@ -393,7 +394,7 @@ mod tests {
         };
         Loader::with_memory(
             Arc::new(Synthetic::new(len, 10, 9)),
-            Arc::new(Pipeline::new(&seed_transforms(), 9, 28)),
+            Arc::new(Pipeline::new(&seed_transforms(), 9, ImageShape::GREY_28)),
             cfg,
             memory,
         )
@@ -509,7 +510,7 @@ mod tests {
         };
         let mut l = Loader::new(
             Arc::new(Synthetic::new(40, 10, 1)),
-            Arc::new(Pipeline::new(&seed_transforms(), 1, 28)),
+            Arc::new(Pipeline::new(&seed_transforms(), 1, ImageShape::GREY_28)),
             cfg,
         )
         .unwrap();

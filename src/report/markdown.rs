@@ -84,8 +84,13 @@ fn setup(raw: &Raw) -> String {
             (
                 "model / optimizer",
                 format!(
-                    "SmallCNN / Adam (lr {}, betas {:?}, eps {})",
-                    s.optimizer.lr, s.optimizer.betas, s.optimizer.eps
+                    "{} / Adam (lr {}, betas {:?}, eps {})",
+                    first
+                        .and_then(|c| c.model.clone())
+                        .unwrap_or_else(|| "SmallCNN".into()),
+                    s.optimizer.lr,
+                    s.optimizer.betas,
+                    s.optimizer.eps
                 ),
             ),
             ("seed", e.seed.to_string()),

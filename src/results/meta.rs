@@ -75,4 +75,8 @@ pub struct ConditionMeta {
     /// What was set on the CUDA device's memory pool (absent on the CPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_pool: Option<String>,
+    /// The model as built for this condition's data, e.g. "SmallCNN, input 3×32×32, 10
+    /// classes, 545,098 parameters" (absent in folders written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }

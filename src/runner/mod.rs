@@ -158,8 +158,7 @@ pub fn run(
     setups.notices.iter().for_each(|n| reporter.note(n));
 
     let mut out = Outputs::create(partial, reporter)?;
-    let init = InitialWeights::pytorch_default(exp.base.experiment.seed);
-    let mut trainers = Trainers::new(&init);
+    let mut trainers = Trainers::new(exp.base.experiment.seed);
     let selected = plan.runs.iter().filter(|r| {
         opts.only_runs
             .as_ref()
@@ -273,16 +272,17 @@ fn prepare(exp: &Experiment, quiet: bool) -> Result<Prepared, RunError> {
 }
 
 /// One trainer per condition, made on first use; `reset` before each run restores the common
-/// initial state.
-struct Trainers<'a> {
-    init: &'a InitialWeights,
+/// initial state. Initial weights come from the experiment seed and the model's input alone,
+/// so conditions whose models have the same shape start from the same weights.
+struct Trainers {
+    seed: u64,
     by_condition: HashMap<usize, Trainer>,
 }
 
-impl<'a> Trainers<'a> {
-    fn new(init: &'a InitialWeights) -> Self {
+impl Trainers {
+    fn new(seed: u64) -> Self {
         Trainers {
-            init,
+            seed,
             by_condition: HashMap::new(),
         }
     }
@@ -292,7 +292,7 @@ impl<'a> Trainers<'a> {
         Ok(match self.by_condition.entry(condition) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => e.insert(Trainer::new(
-                self.init.clone(),
+                InitialWeights::pytorch_default(self.seed, setup.data.model_input()),
                 &setup.settings().optimizer,
                 setup.device.clone(),
             )?),

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use candle_core::Device;
 
 use crate::config::{DatasetSection, DeviceKind, Settings};
-use crate::data::{self, DataError, Dataset, IMAGE_SIDE};
+use crate::data::{self, DataError, Dataset};
 use crate::loader::{Loader, LoaderConfig, LoaderError};
 use crate::results::{ComputeDevice, ConditionMeta};
-use crate::train::{self, ComputePool, DeviceError};
+use crate::train::{self, ComputePool, DeviceError, ModelInput};
 use crate::transforms::Pipeline;
 
 /// The data side of a condition: its settings, the opened dataset and the transform pipeline.
@@ -36,10 +36,18 @@ impl DataSetup {
             pipeline: Arc::new(Pipeline::new(
                 &settings.transforms,
                 settings.experiment.seed,
-                IMAGE_SIDE,
+                dataset.shape(),
             )),
             settings: settings.clone(),
             dataset,
+        }
+    }
+
+    /// What the model trains on: the pipeline's output and the dataset's classes.
+    pub fn model_input(&self) -> ModelInput {
+        ModelInput {
+            shape: self.pipeline.output_shape(),
+            classes: self.dataset.classes(),
         }
     }
 
@@ -119,6 +127,7 @@ impl Setup {
             trace: None,
             profile_startup_ms: None,
             memory_pool: self.memory_pool.clone(),
+            model: Some(self.data.model_input().describe()),
         }
     }
 }

@@ -102,15 +102,16 @@ pub fn images_to_device(batch: &Batch, device: &Device) -> Result<Option<Tensor>
     let Some(pinned) = block.as_any().downcast_ref::<PinnedBlock>() else {
         return Ok(None);
     };
-    let plane = batch.side * batch.side;
-    if plane == 0 || pinned.0.len() % plane != 0 || pinned.0.len() < batch.len * plane {
+    let shape = batch.shape;
+    let per_image = shape.len();
+    if per_image == 0 || pinned.0.len() % per_image != 0 || pinned.0.len() < batch.len * per_image {
         return Ok(None);
     }
     // Always the whole block through the pinned path, which records the block's event, so no
     // worker refills the block while this asynchronous copy still reads it; a last, short
     // batch is then narrowed to its images on the device. (Copying only its slice would go
     // through a plain `&[f32]`, for which no event is recorded: a data race.)
-    let capacity = pinned.0.len() / plane;
+    let capacity = pinned.0.len() / per_image;
     let stream = dev.cuda_stream();
     // SAFETY: every element is written by the copy queued next on the same stream.
     let mut dst = unsafe { stream.alloc::<f32>(pinned.0.len()) }.map_err(cuda_err)?;
@@ -118,7 +119,7 @@ pub fn images_to_device(batch: &Batch, device: &Device) -> Result<Option<Tensor>
     let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(dst, dev.clone()));
     let block = Tensor::from_storage(
         storage,
-        (capacity, 1, batch.side, batch.side),
+        (capacity, shape.channels, shape.height, shape.width),
         BackpropOp::none(),
         false,
     );

@@ -13,7 +13,7 @@ mod pool;
 
 pub use clock::{DeviceClock, StepMarks};
 pub use device::{Chosen, DeviceError, cores, select, synchronize};
-pub use model::{InitialWeights, Layers, PARAMS, SmallCnn};
+pub use model::{InitialWeights, Layers, ModelInput, SmallCnn};
 pub use pool::ComputePool;
 
 use std::sync::Arc;
@@ -36,13 +36,9 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    /// The fast hand-written layers on the CPU, candle's own elsewhere.
+    /// The fast hand-written layers on the CPU where the shape allows, candle's own elsewhere.
     pub fn new(init: InitialWeights, opt: &OptimizerSection, device: Device) -> Result<Self> {
-        let layers = if device.is_cpu() {
-            Layers::FastCpu
-        } else {
-            Layers::Candle
-        };
+        let layers = Layers::best_for(&device, init.input);
         Self::with_layers(init, opt, device, layers)
     }
 
@@ -118,17 +114,21 @@ pub fn set_tf32(on: bool) {
     let _ = on;
 }
 
-/// A batch as (images N×1×H×W, labels) on `device`. From a pinned buffer on CUDA this only
+/// A batch as (images N×C×H×W, labels) on `device`. From a pinned buffer on CUDA this only
 /// queues an asynchronous copy; otherwise candle copies (synchronously on the CPU).
 pub fn to_device(batch: &Batch, device: &Device) -> Result<(Tensor, Tensor)> {
-    let side = batch.side;
+    let shape = batch.shape;
     #[cfg(feature = "cuda")]
     let pinned = cuda::images_to_device(batch, device)?;
     #[cfg(not(feature = "cuda"))]
     let pinned: Option<Tensor> = None;
     let x = match pinned {
         Some(x) => x,
-        None => Tensor::from_slice(batch.images(), (batch.len, 1, side, side), device)?,
+        None => Tensor::from_slice(
+            batch.images(),
+            (batch.len, shape.channels, shape.height, shape.width),
+            device,
+        )?,
     };
     let y = Tensor::from_slice(batch.labels(), batch.len, device)?;
     Ok((x, y))

@@ -1,20 +1,27 @@
 //! The CPU transform pipeline: 8-bit pixel ops (crop-resize, rotation, flip) followed by
-//! `to_tensor` and `normalize`, with torchvision's semantics.
+//! `to_tensor` and `normalize`, with torchvision's semantics, on planar images of any size and
+//! 1 or 3 channels (each op works plane by plane, as Pillow works band by band).
 //!
 //! Invariant: every random parameter of sample `i` in epoch `e` comes from one RNG seeded by
 //! (experiment seed, e, i), drawn in op order, so the output never depends on which thread or
 //! loader condition produced it. Buffers live in a [`Scratch`] reused from sample to sample.
 
+mod colour;
+mod geometry;
 mod resize;
 mod rotate;
 
+use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
+pub use colour::{brightness, contrast, grey_plane, hue, luma, saturation};
+pub use geometry::{PadMode, center_crop_geometry, crop, flip_horizontal, flip_vertical, pad};
 pub use resize::{CropBox, ResizeScratch, crop_resize, sample_crop, uniform};
 pub use rotate::rotate_nearest;
 
-use crate::config::TransformSpec;
+use crate::config::{PaddingMode, Size, TransformSpec, chain_output, resize_output};
 use crate::hash::{SplitMix64, splitmix as mix};
+use crate::shape::{ImageShape, Padding};
 
 /// The RNG for one sample: a function of (seed, epoch, index) only.
 pub fn sample_rng(seed: u64, epoch: u64, index: u64) -> SplitMix64 {
@@ -28,18 +35,81 @@ pub fn sample_rng(seed: u64, epoch: u64, index: u64) -> SplitMix64 {
 static TO_TENSOR: std::sync::LazyLock<[f32; 256]> =
     std::sync::LazyLock::new(|| std::array::from_fn(|p| p as f32 / 255.0));
 
-/// The random parameters one sample received, for previews and fidelity checks.
+/// The random parameters one op drew for one sample, named by the op (samples.json).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum OpParams {
+    RandomResizedCrop {
+        top: usize,
+        left: usize,
+        height: usize,
+        width: usize,
+    },
+    RandomRotation {
+        angle: f64,
+    },
+    RandomHorizontalFlip {
+        flipped: bool,
+    },
+    RandomVerticalFlip {
+        flipped: bool,
+    },
+    /// The crop's corner in the padded image.
+    RandomCrop {
+        top: usize,
+        left: usize,
+    },
+    /// The factors drawn (absent: that adjustment is off) and the order they were applied in.
+    ColorJitter {
+        order: Vec<String>,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        brightness: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        contrast: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        saturation: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        hue: Option<f64>,
+    },
+    RandomGrayscale {
+        applied: bool,
+    },
+}
+
+/// Every random parameter one sample received, op by op in chain order, for previews and
+/// fidelity checks.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SampleParams {
-    pub crop: Option<CropBox>,
-    pub angle: Option<f64>,
-    pub flip: Option<bool>,
+    pub ops: Vec<OpParams>,
 }
+
+impl SampleParams {
+    /// The crop box of the first random_resized_crop, if any.
+    pub fn crop(&self) -> Option<CropBox> {
+        self.ops.iter().find_map(|p| match *p {
+            OpParams::RandomResizedCrop {
+                top,
+                left,
+                height,
+                width,
+            } => Some(CropBox {
+                top,
+                left,
+                height,
+                width,
+            }),
+            _ => None,
+        })
+    }
+}
+
+/// ColorJitter's four adjustments, in torchvision's numbering (its `fn_idx`).
+const JITTER_NAMES: [&str; 4] = ["brightness", "contrast", "saturation", "hue"];
 
 #[derive(Debug, Clone)]
 enum PixelOp {
-    Crop {
-        size: usize,
+    RandomResizedCrop {
+        size: (usize, usize),
         scale: [f64; 2],
         ratio: [f64; 2],
     },
@@ -49,18 +119,104 @@ enum PixelOp {
     },
     Flip {
         p: f64,
+        vertical: bool,
     },
+    Resize {
+        size: Size,
+        max_size: u64,
+    },
+    CenterCrop {
+        size: (usize, usize),
+    },
+    RandomCrop {
+        size: (usize, usize),
+        padding: Padding,
+        pad_if_needed: bool,
+        fill: u8,
+        mode: PadMode,
+    },
+    /// Factor ranges per adjustment (None: off), in [`JITTER_NAMES`] order.
+    ColorJitter {
+        ranges: [Option<[f64; 2]>; 4],
+    },
+    Grayscale {
+        channels: usize,
+    },
+    RandomGrayscale {
+        p: f64,
+    },
+}
+
+impl PixelOp {
+    fn compile(spec: &TransformSpec) -> Option<PixelOp> {
+        Some(match spec {
+            TransformSpec::RandomResizedCrop(c) => PixelOp::RandomResizedCrop {
+                size: c.size.fixed(),
+                scale: c.scale,
+                ratio: c.ratio,
+            },
+            TransformSpec::RandomRotation(r) => PixelOp::Rotate {
+                degrees: r.degrees,
+                fill: r.fill,
+            },
+            TransformSpec::RandomHorizontalFlip(f) => PixelOp::Flip {
+                p: f.p,
+                vertical: false,
+            },
+            TransformSpec::RandomVerticalFlip(f) => PixelOp::Flip {
+                p: f.p,
+                vertical: true,
+            },
+            TransformSpec::Resize(r) => PixelOp::Resize {
+                size: r.size,
+                max_size: r.max_size,
+            },
+            TransformSpec::CenterCrop(c) => PixelOp::CenterCrop {
+                size: c.size.fixed(),
+            },
+            TransformSpec::RandomCrop(c) => PixelOp::RandomCrop {
+                size: c.size.fixed(),
+                padding: Padding::from_values(&c.padding),
+                pad_if_needed: c.pad_if_needed,
+                fill: c.fill,
+                mode: match c.padding_mode {
+                    PaddingMode::Constant => PadMode::Constant,
+                    PaddingMode::Edge => PadMode::Edge,
+                    PaddingMode::Reflect => PadMode::Reflect,
+                    PaddingMode::Symmetric => PadMode::Symmetric,
+                },
+            },
+            TransformSpec::ColorJitter(j) => {
+                // torchvision's _check_input: a factor v gives [max(0, 1 - v), 1 + v], hue h
+                // gives [-h, h]; a range that is only its centre turns the adjustment off.
+                let around_one = |v: f64| (v > 0.0).then(|| [(1.0 - v).max(0.0), 1.0 + v]);
+                PixelOp::ColorJitter {
+                    ranges: [
+                        around_one(j.brightness),
+                        around_one(j.contrast),
+                        around_one(j.saturation),
+                        (j.hue > 0.0).then_some([-j.hue, j.hue]),
+                    ],
+                }
+            }
+            TransformSpec::Grayscale(g) => PixelOp::Grayscale {
+                channels: g.num_output_channels as usize,
+            },
+            TransformSpec::RandomGrayscale(g) => PixelOp::RandomGrayscale { p: g.p },
+            TransformSpec::ToTensor(_) | TransformSpec::Normalize(_) => return None,
+        })
+    }
 }
 
 /// A compiled pipeline.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     ops: Vec<PixelOp>,
-    /// (mean, std) applied after to_tensor, if any.
-    normalize: Option<(f32, f32)>,
+    /// Per-channel (mean, std) applied after to_tensor, if any.
+    normalize: Option<Vec<(f32, f32)>>,
     seed: u64,
-    in_side: usize,
-    out_side: usize,
+    input: ImageShape,
+    output: ImageShape,
 }
 
 /// Per-thread buffers.
@@ -68,55 +224,54 @@ pub struct Pipeline {
 pub struct Scratch {
     a: Vec<u8>,
     b: Vec<u8>,
+    grey: Vec<u8>,
     resize: ResizeScratch,
 }
 
+/// `torch.rand(1) < p`.
+fn coin(rng: &mut SplitMix64, p: f64) -> bool {
+    rand::Rng::random::<f64>(rng) < p
+}
+
 impl Pipeline {
-    /// Compile validated specs for `in_side`×`in_side` inputs.
-    pub fn new(specs: &[TransformSpec], seed: u64, in_side: usize) -> Self {
-        let mut ops = Vec::new();
-        let mut normalize = None;
-        let mut side = in_side;
-        for spec in specs {
-            match spec {
-                TransformSpec::RandomResizedCrop(c) => {
-                    side = c.size as usize;
-                    ops.push(PixelOp::Crop {
-                        size: side,
-                        scale: c.scale,
-                        ratio: c.ratio,
-                    });
-                }
-                TransformSpec::RandomRotation(r) => ops.push(PixelOp::Rotate {
-                    degrees: r.degrees,
-                    fill: r.fill,
-                }),
-                TransformSpec::RandomHorizontalFlip(f) => ops.push(PixelOp::Flip { p: f.p }),
-                TransformSpec::ToTensor(_) => {}
-                TransformSpec::Normalize(n) => {
-                    normalize = Some((
-                        n.mean.first().copied().unwrap_or(0.0) as f32,
-                        n.std.first().copied().unwrap_or(1.0) as f32,
-                    ))
-                }
-            }
-        }
+    /// Compile validated specs for inputs of `input`'s shape.
+    pub fn new(specs: &[TransformSpec], seed: u64, input: ImageShape) -> Self {
+        let output = chain_output(specs, input);
+        let normalize = specs.iter().find_map(|spec| match spec {
+            // One pair per channel (checked at validate time); a single pair applies to every
+            // channel, as a one-element torch tensor broadcasts.
+            TransformSpec::Normalize(n) => Some(
+                (0..output.channels)
+                    .map(|c| {
+                        let at = |v: &[f64], d: f64| v.get(c).or(v.first()).copied().unwrap_or(d);
+                        (at(&n.mean, 0.0) as f32, at(&n.std, 1.0) as f32)
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        });
         Pipeline {
-            ops,
+            ops: specs.iter().filter_map(PixelOp::compile).collect(),
             normalize,
             seed,
-            in_side,
-            out_side: side,
+            input,
+            output,
         }
     }
 
-    /// Side of the output images.
-    pub fn out_side(&self) -> usize {
-        self.out_side
+    /// Shape of the images the pipeline takes.
+    pub fn input_shape(&self) -> ImageShape {
+        self.input
     }
 
-    /// Apply the pixel ops to `src`; returns the 8-bit result (a view into `scratch`) and the
-    /// parameters drawn.
+    /// Shape of the tensors it produces (C×H×W floats per sample).
+    pub fn output_shape(&self) -> ImageShape {
+        self.output
+    }
+
+    /// Apply the pixel ops to `src` (planar, [`Pipeline::input_shape`]); returns the 8-bit
+    /// result (a view into `scratch`, planar, [`Pipeline::output_shape`]) and the parameters
+    /// drawn.
     pub fn augment<'s>(
         &self,
         src: &[u8],
@@ -126,51 +281,17 @@ impl Pipeline {
     ) -> (&'s [u8], SampleParams) {
         let mut rng = sample_rng(self.seed, epoch, index);
         let mut params = SampleParams::default();
-        let Scratch { a, b, resize } = scratch;
-        let mut side = self.in_side;
-        a.clear();
-        a.extend_from_slice(&src[..side * side]);
+        let mut shape = self.input;
+        scratch.a.clear();
+        scratch.a.extend_from_slice(&src[..shape.len()]);
         for op in &self.ops {
-            match op {
-                PixelOp::Crop { size, scale, ratio } => {
-                    let cb = sample_crop(&mut rng, side, side, *scale, *ratio);
-                    b.resize(size * size, 0);
-                    crop_resize(a, side, cb, *size, *size, b, resize);
-                    side = *size;
-                    params.crop = Some(cb);
-                }
-                PixelOp::Rotate { degrees, fill } => {
-                    let angle = uniform(&mut rng, -degrees, *degrees);
-                    b.resize(side * side, 0);
-                    // Slack after the image lets the rotation gather 4 bytes at a time.
-                    a.resize(side * side + 3, 0);
-                    rotate_nearest(a, side, side, angle, *fill, b);
-                    params.angle = Some(angle);
-                }
-                PixelOp::Flip { p } => {
-                    let flip = rand::Rng::random::<f64>(&mut rng) < *p;
-                    b.resize(side * side, 0);
-                    for y in 0..side {
-                        let row = &a[y * side..][..side];
-                        let out = &mut b[y * side..][..side];
-                        if flip {
-                            for (o, v) in out.iter_mut().zip(row.iter().rev()) {
-                                *o = *v;
-                            }
-                        } else {
-                            out.copy_from_slice(row);
-                        }
-                    }
-                    params.flip = Some(flip);
-                }
-            }
-            std::mem::swap(a, b);
+            shape = apply_op(op, shape, &mut rng, scratch, &mut params);
         }
-        (&a[..side * side], params)
+        (&scratch.a[..shape.len()], params)
     }
 
     /// The full pipeline for one sample: pixel ops, then to_tensor (CHW float32 / 255) and
-    /// normalize, written into `out` (`out_side²` floats).
+    /// normalize, written into `out` ([`Pipeline::output_shape`]`.len()` floats).
     pub fn apply(
         &self,
         src: &[u8],
@@ -179,23 +300,252 @@ impl Pipeline {
         scratch: &mut Scratch,
         out: &mut [f32],
     ) -> SampleParams {
-        let normalize = self.normalize;
+        let plane = self.output.plane();
         let (pixels, params) = self.augment(src, epoch, index, scratch);
         let table = &*TO_TENSOR;
-        match normalize {
+        match &self.normalize {
             None => {
                 for (o, &p) in out.iter_mut().zip(pixels) {
                     *o = table[p as usize];
                 }
             }
-            Some((mean, std)) => {
-                for (o, &p) in out.iter_mut().zip(pixels) {
-                    *o = (table[p as usize] - mean) / std;
+            Some(per_channel) => {
+                let planes = out.chunks_exact_mut(plane).zip(pixels.chunks_exact(plane));
+                for ((out, pixels), &(mean, std)) in planes.zip(per_channel) {
+                    for (o, &p) in out.iter_mut().zip(pixels) {
+                        *o = (table[p as usize] - mean) / std;
+                    }
                 }
             }
         }
         params
     }
+}
+
+/// Apply one op to `scratch.a` (of `shape`), leaving the result in `scratch.a`; returns the new
+/// shape. Ops that write a new image write into `scratch.b` and swap.
+fn apply_op(
+    op: &PixelOp,
+    shape: ImageShape,
+    rng: &mut SplitMix64,
+    scratch: &mut Scratch,
+    params: &mut SampleParams,
+) -> ImageShape {
+    let Scratch { a, b, grey, resize } = scratch;
+    let (w, h, plane) = (shape.width, shape.height, shape.plane());
+    let out = match op {
+        PixelOp::RandomResizedCrop { size, scale, ratio } => {
+            let cb = sample_crop(rng, w, h, *scale, *ratio);
+            params.ops.push(OpParams::RandomResizedCrop {
+                top: cb.top,
+                left: cb.left,
+                height: cb.height,
+                width: cb.width,
+            });
+            resize_planes(a, shape, cb, *size, b, resize)
+        }
+        PixelOp::Resize { size, max_size } => {
+            let to = resize_output(h, w, *size, *max_size);
+            resize_planes(a, shape, CropBox::whole(shape), to, b, resize)
+        }
+        PixelOp::Rotate { degrees, fill } => {
+            let angle = uniform(rng, -degrees, *degrees);
+            b.resize(shape.len(), 0);
+            // Slack after the image lets the rotation gather 4 bytes at a time.
+            a.resize(shape.len() + 3, 0);
+            for c in 0..shape.channels {
+                let dst = &mut b[c * plane..][..plane];
+                rotate_nearest(&a[c * plane..], w, h, angle, *fill, dst);
+            }
+            params.ops.push(OpParams::RandomRotation { angle });
+            shape
+        }
+        PixelOp::Flip { p, vertical } => {
+            let flipped = coin(rng, *p);
+            params.ops.push(if *vertical {
+                OpParams::RandomVerticalFlip { flipped }
+            } else {
+                OpParams::RandomHorizontalFlip { flipped }
+            });
+            if !flipped {
+                return shape;
+            }
+            b.resize(shape.len(), 0);
+            if *vertical {
+                flip_vertical(a, shape, b);
+            } else {
+                flip_horizontal(a, shape, b);
+            }
+            shape
+        }
+        PixelOp::CenterCrop { size } => {
+            let (padding, top, left) = center_crop_geometry(shape, size.0, size.1);
+            let padded = pad_into(a, b, shape, padding, PadMode::Constant, 0);
+            crop_into(a, b, padded, top, left, *size)
+        }
+        PixelOp::RandomCrop {
+            size,
+            padding,
+            pad_if_needed,
+            fill,
+            mode,
+        } => {
+            let mut padded = pad_into(a, b, shape, *padding, *mode, *fill);
+            if *pad_if_needed {
+                // torchvision pads both sides by the whole shortfall.
+                let grow_w = size.1.saturating_sub(padded.width);
+                let grow_h = size.0.saturating_sub(padded.height);
+                let more = Padding {
+                    left: grow_w,
+                    right: grow_w,
+                    top: grow_h,
+                    bottom: grow_h,
+                };
+                padded = pad_into(a, b, padded, more, *mode, *fill);
+            }
+            let (th, tw) = *size;
+            let (top, left) = if padded.height == th && padded.width == tw {
+                (0, 0)
+            } else {
+                let top = rand::Rng::random_range(rng, 0..=padded.height - th);
+                let left = rand::Rng::random_range(rng, 0..=padded.width - tw);
+                (top, left)
+            };
+            params.ops.push(OpParams::RandomCrop { top, left });
+            crop_into(a, b, padded, top, left, *size)
+        }
+        PixelOp::ColorJitter { ranges } => {
+            jitter(a, shape, ranges, rng, grey, params);
+            return shape;
+        }
+        PixelOp::Grayscale { channels } => to_grey(a, b, grey, shape, *channels),
+        PixelOp::RandomGrayscale { p } => {
+            let applied = coin(rng, *p);
+            params.ops.push(OpParams::RandomGrayscale { applied });
+            if !applied {
+                return shape;
+            }
+            to_grey(a, b, grey, shape, shape.channels)
+        }
+    };
+    std::mem::swap(a, b);
+    out
+}
+
+/// Crop `cb` of every plane of `src` and resize it to `size` (height, width) into `dst`.
+fn resize_planes(
+    src: &[u8],
+    shape: ImageShape,
+    cb: CropBox,
+    (oh, ow): (usize, usize),
+    dst: &mut Vec<u8>,
+    resize: &mut ResizeScratch,
+) -> ImageShape {
+    let out = shape.with_size(oh, ow);
+    dst.resize(out.len(), 0);
+    for c in 0..shape.channels {
+        let plane = &mut dst[c * out.plane()..][..out.plane()];
+        crop_resize(
+            &src[c * shape.plane()..],
+            shape.width,
+            cb,
+            ow,
+            oh,
+            plane,
+            resize,
+        );
+    }
+    out
+}
+
+/// Pad `a` in place (through `b`); returns the padded shape. No padding: no copy.
+fn pad_into(
+    a: &mut Vec<u8>,
+    b: &mut Vec<u8>,
+    shape: ImageShape,
+    padding: Padding,
+    mode: PadMode,
+    fill: u8,
+) -> ImageShape {
+    if padding.is_zero() {
+        return shape;
+    }
+    let out = padding.apply_to(shape);
+    b.resize(out.len(), 0);
+    pad(a, shape, padding, mode, fill, b);
+    std::mem::swap(a, b);
+    out
+}
+
+/// The `size` window at (top, left) of `a` into `b`.
+fn crop_into(
+    a: &[u8],
+    b: &mut Vec<u8>,
+    shape: ImageShape,
+    top: usize,
+    left: usize,
+    (height, width): (usize, usize),
+) -> ImageShape {
+    let out = shape.with_size(height, width);
+    b.resize(out.len(), 0);
+    crop(a, shape, top, left, height, width, b);
+    out
+}
+
+/// `convert("L")` into `b`, repeated to `channels` planes.
+fn to_grey(
+    a: &[u8],
+    b: &mut Vec<u8>,
+    grey: &mut Vec<u8>,
+    shape: ImageShape,
+    channels: usize,
+) -> ImageShape {
+    let out = shape.with_channels(channels);
+    grey.resize(shape.plane(), 0);
+    grey_plane(a, shape, grey);
+    b.clear();
+    for _ in 0..channels {
+        b.extend_from_slice(grey);
+    }
+    out
+}
+
+/// torchvision's ColorJitter: `fn_idx = randperm(4)`, then each enabled factor drawn in the
+/// order brightness, contrast, saturation, hue, then the adjustments applied in `fn_idx` order.
+fn jitter(
+    image: &mut [u8],
+    shape: ImageShape,
+    ranges: &[Option<[f64; 2]>; 4],
+    rng: &mut SplitMix64,
+    grey: &mut Vec<u8>,
+    params: &mut SampleParams,
+) {
+    let mut order = [0usize, 1, 2, 3];
+    order.shuffle(rng);
+    let factors: Vec<Option<f64>> = ranges
+        .iter()
+        .map(|r| r.map(|[lo, hi]| uniform(rng, lo, hi)))
+        .collect();
+    for &k in &order {
+        let Some(f) = factors[k] else { continue };
+        match k {
+            0 => brightness(&mut image[..shape.len()], f),
+            1 => contrast(image, shape, f, grey),
+            2 => saturation(image, shape, f, grey),
+            _ => hue(image, shape, f),
+        }
+    }
+    params.ops.push(OpParams::ColorJitter {
+        order: order
+            .iter()
+            .filter(|&&k| factors[k].is_some())
+            .map(|&k| JITTER_NAMES[k].to_string())
+            .collect(),
+        brightness: factors[0],
+        contrast: factors[1],
+        saturation: factors[2],
+        hue: factors[3],
+    });
 }
 
 #[cfg(test)]
@@ -205,7 +555,7 @@ mod tests {
 
     #[test]
     fn same_sample_same_output_whatever_the_order() {
-        let p = Pipeline::new(&seed_transforms(), 42, 28);
+        let p = Pipeline::new(&seed_transforms(), 42, ImageShape::GREY_28);
         let src: Vec<u8> = (0..784).map(|i| (i * 7 % 256) as u8).collect();
         let mut s1 = Scratch::default();
         let mut s2 = Scratch::default();

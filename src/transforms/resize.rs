@@ -3,7 +3,7 @@
 //! The resize reproduces Pillow's `ImagingResample` for 8-bit images exactly: separable
 //! passes (horizontal, then vertical), triangle filter with support scaled when downsampling,
 //! coefficients normalised per output pixel, converted to 22-bit fixed point, rounded and
-//! clipped to 8 bits after each pass.
+//! clipped to 8 bits after each pass, in Pillow's pass order (see [`vertical_first`]).
 
 use rand::Rng;
 
@@ -14,6 +14,18 @@ pub struct CropBox {
     pub left: usize,
     pub height: usize,
     pub width: usize,
+}
+
+impl CropBox {
+    /// The whole image.
+    pub fn whole(shape: crate::shape::ImageShape) -> CropBox {
+        CropBox {
+            top: 0,
+            left: 0,
+            height: shape.height,
+            width: shape.width,
+        }
+    }
 }
 
 /// torchvision's `RandomResizedCrop.get_params` for a `width`×`height` image.
@@ -238,6 +250,68 @@ unsafe fn crop_resize_avx2(
     crop_resize_impl::<true>(src, src_w, b, out_w, out_h, dst, s)
 }
 
+/// Pillow's pass order (Resample.c since Pillow 12): when the height shrinks by more than twice
+/// what the width shrinks, the vertical pass runs first. The 8-bit rounding between the passes
+/// makes the order visible in the pixels.
+fn vertical_first(in_w: usize, in_h: usize, out_w: usize, out_h: usize) -> bool {
+    let dh = in_h as i64 - out_h as i64;
+    let dw = in_w as i64 - out_w as i64;
+    dh > 0 && dh > dw * 2
+}
+
+/// [`crop_resize`] with the vertical pass first ([`vertical_first`]): each output row is a
+/// weighted sum of crop rows (full crop width), then filtered horizontally.
+fn crop_resize_vertical_first(
+    src: &[u8],
+    src_w: usize,
+    b: CropBox,
+    out_w: usize,
+    out_h: usize,
+    dst: &mut [u8],
+    s: &mut ResizeScratch,
+) {
+    let (in_w, in_h) = (b.width, b.height);
+    let fh = s.filter(in_w, out_w);
+    let fv = s.filter(in_h, out_h);
+    s.temp.clear();
+    s.temp.resize(in_w * out_h, 0);
+    s.acc.clear();
+    s.acc.resize(in_w, 0);
+    for yy in 0..out_h {
+        let (ymin, n) = fv.bounds[yy];
+        let k = &fv.coeffs[yy * fv.ksize..][..n];
+        s.acc.fill(1 << (PRECISION_BITS - 1));
+        for (t, &c) in k.iter().enumerate() {
+            let row = &src[(b.top + ymin + t) * src_w + b.left..][..in_w];
+            for (a, &p) in s.acc.iter_mut().zip(row) {
+                *a += p as i32 * c;
+            }
+        }
+        for (o, &a) in s.temp[yy * in_w..][..in_w].iter_mut().zip(&s.acc) {
+            *o = clip8(a);
+        }
+    }
+    for yy in 0..out_h {
+        let row = &s.temp[yy * in_w..][..in_w];
+        let out = &mut dst[yy * out_w..][..out_w];
+        for ((o, &(xmin, n)), k) in out
+            .iter_mut()
+            .zip(&fh.bounds)
+            .zip(fh.coeffs.chunks(fh.ksize))
+        {
+            let acc = row[xmin..xmin + n]
+                .iter()
+                .zip(k)
+                .fold(1i32 << (PRECISION_BITS - 1), |acc, (&p, &c)| {
+                    acc + p as i32 * c
+                });
+            *o = clip8(acc);
+        }
+    }
+    s.keep(in_w, out_w, fh);
+    s.keep(in_h, out_h, fv);
+}
+
 /// One row of the horizontal three-tap pass on 32 lanes: `row` is the crop row padded with
 /// zeros to 32 bytes, `out` receives 32 bytes (lanes past the output width are 0).
 ///
@@ -317,6 +391,9 @@ fn crop_resize_impl<const AVX2: bool>(
     }
     let need_h = in_w != out_w;
     let need_v = in_h != out_h;
+    if need_h && need_v && vertical_first(in_w, in_h, out_w, out_h) {
+        return crop_resize_vertical_first(src, src_w, b, out_w, out_h, dst, s);
+    }
     let fh = s.filter(in_w, out_w);
     let fv = s.filter(in_h, out_h);
     // Horizontal pass over every crop row (in_h rows of out_w), or a plain copy. The row is

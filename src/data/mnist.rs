@@ -1,0 +1,240 @@
+//! FashionMNIST and MNIST from `<root>/FashionMNIST/raw/` and `<root>/MNIST/raw/`,
+//! torchvision's layout, so an existing torchvision download (raw or `.gz`) is used as it is.
+//! Both are the same IDX files under other names and checksums ([`IdxFamily`]). Missing files
+//! are downloaded from the configured mirrors, MD5-checked against the published sums, and
+//! renamed into place only when complete and verified.
+
+use std::path::{Path, PathBuf};
+
+use super::download::{download, md5_hex};
+use super::{DataError, Dataset, FileSpec, ImageShape, Mirrors, read_idx};
+use crate::config::{Split, fashion_mnist_len};
+
+const IMAGE_SIDE: usize = 28;
+const IMAGE_PIXELS: usize = IMAGE_SIDE * IMAGE_SIDE;
+
+/// A dataset published as four IDX files: its name, torchvision's folder for it, the files and
+/// the mirrors that serve them.
+#[derive(Debug, Clone, Copy)]
+pub struct IdxFamily {
+    /// Also the folder under the root: `<root>/<name>/raw/`.
+    pub name: &'static str,
+    /// (images, labels) of the training split, then of the test split.
+    pub train: [FileSpec; 2],
+    pub test: [FileSpec; 2],
+    /// Tried in order when `dataset.mirrors` is empty.
+    pub mirrors: &'static [&'static str],
+}
+
+pub const FASHION_MNIST: IdxFamily = IdxFamily {
+    name: "FashionMNIST",
+    train: [
+        FileSpec {
+            name: "train-images-idx3-ubyte",
+            md5: "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+        },
+        FileSpec {
+            name: "train-labels-idx1-ubyte",
+            md5: "25c81989df183df01b3e8a0aad5dffbe",
+        },
+    ],
+    test: [
+        FileSpec {
+            name: "t10k-images-idx3-ubyte",
+            md5: "bef4ecab320f06d8554ea6380940ec79",
+        },
+        FileSpec {
+            name: "t10k-labels-idx1-ubyte",
+            md5: "bb300cfdad3c16e7a12a480ee83fd310",
+        },
+    ],
+    mirrors: &[
+        // torchvision's mirror, then the dataset authors' repository.
+        "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+        "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
+    ],
+};
+
+pub const MNIST: IdxFamily = IdxFamily {
+    name: "MNIST",
+    train: [
+        FileSpec {
+            name: "train-images-idx3-ubyte",
+            md5: "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+        },
+        FileSpec {
+            name: "train-labels-idx1-ubyte",
+            md5: "d53e105ee54ea40749a09fcbcd1e9432",
+        },
+    ],
+    test: [
+        FileSpec {
+            name: "t10k-images-idx3-ubyte",
+            md5: "9fb629c4189551a2d022fa330f9573f3",
+        },
+        FileSpec {
+            name: "t10k-labels-idx1-ubyte",
+            md5: "ec29112dd5afa0611ce80d1b7f02629c",
+        },
+    ],
+    mirrors: &[
+        // torchvision's mirrors, in its order.
+        "https://ossci-datasets.s3.amazonaws.com/mnist/",
+        "http://yann.lecun.com/exdb/mnist/",
+    ],
+};
+
+impl IdxFamily {
+    /// The (images, labels) files of a split.
+    pub fn files(&self, split: Split) -> [FileSpec; 2] {
+        match split {
+            Split::Train => self.train,
+            Split::Test => self.test,
+        }
+    }
+
+    /// `<root>/<name>/raw`, where torchvision keeps the files.
+    pub fn raw_dir(&self, root: &Path) -> PathBuf {
+        root.join(self.name).join("raw")
+    }
+}
+
+/// FashionMNIST or MNIST, held in memory.
+pub struct Mnist {
+    family: IdxFamily,
+    images: Vec<u8>,
+    labels: Vec<u8>,
+    split: Split,
+}
+
+impl Mnist {
+    pub fn open(
+        family: IdxFamily,
+        root: &Path,
+        split: Split,
+        mirrors: &Mirrors,
+    ) -> Result<Self, DataError> {
+        let paths = ensure_files(root, &family, &family.files(split), mirrors)?;
+        let images = read_idx(&paths[0])?;
+        let labels = read_idx(&paths[1])?;
+        let n = fashion_mnist_len(split) as usize;
+        if images.dims != [n, IMAGE_SIDE, IMAGE_SIDE] {
+            return Err(DataError::BadIdx {
+                path: paths[0].clone(),
+                reason: format!(
+                    "expected dimensions {n}×{IMAGE_SIDE}×{IMAGE_SIDE} for {} {split:?}, found {:?}",
+                    family.name, images.dims
+                ),
+            });
+        }
+        if labels.dims != [n] {
+            return Err(DataError::BadIdx {
+                path: paths[1].clone(),
+                reason: format!("expected {n} labels, found dimensions {:?}", labels.dims),
+            });
+        }
+        if let Some(bad) = labels.data.iter().find(|&&l| l > 9) {
+            return Err(DataError::BadIdx {
+                path: paths[1].clone(),
+                reason: format!("label {bad} is outside 0–9"),
+            });
+        }
+        Ok(Mnist {
+            family,
+            images: images.data,
+            labels: labels.data,
+            split,
+        })
+    }
+}
+
+impl Dataset for Mnist {
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+    fn label(&self, index: usize) -> u8 {
+        self.labels[index]
+    }
+    fn shape(&self) -> ImageShape {
+        ImageShape::GREY_28
+    }
+    fn image_into(&self, index: usize, buf: &mut [u8]) {
+        buf[..IMAGE_PIXELS]
+            .copy_from_slice(&self.images[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]);
+    }
+    fn prefetch(&self, index: usize) {
+        super::prefetch_bytes(&self.images[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]);
+    }
+    fn classes(&self) -> usize {
+        10
+    }
+    fn describe(&self) -> String {
+        let split = match self.split {
+            Split::Train => "train",
+            Split::Test => "test",
+        };
+        format!("{} {split} ({} images)", self.family.name, self.len())
+    }
+}
+
+/// Make sure each file is present in `<root>/<family>/raw/` and return its path: the
+/// uncompressed file if present, else the verified `.gz`, downloading it if allowed (from
+/// `mirrors.bases`, or the family's own mirrors when that is empty).
+pub fn ensure_files(
+    root: &Path,
+    family: &IdxFamily,
+    files: &[FileSpec],
+    mirrors: &Mirrors,
+) -> Result<Vec<PathBuf>, DataError> {
+    let dir = family.raw_dir(root);
+    let mut out = Vec::new();
+    for spec in files {
+        let plain = dir.join(spec.name);
+        let gz = dir.join(format!("{}.gz", spec.name));
+        if plain.is_file() {
+            out.push(plain);
+            continue;
+        }
+        if gz.is_file() {
+            let found = md5_hex(&gz)?;
+            if found != spec.md5 {
+                return Err(DataError::Checksum {
+                    path: gz,
+                    expected: spec.md5.into(),
+                    found,
+                });
+            }
+            out.push(gz);
+            continue;
+        }
+        let all: Vec<String> = files
+            .iter()
+            .map(|f| format!("{}.gz (MD5 {})", f.name, f.md5))
+            .collect();
+        let hint = format!(
+            "place {name}.gz (from any {family} mirror, MD5 {md5}) or the uncompressed \
+             {name} in {dir}; this split needs {all}",
+            family = family.name,
+            name = spec.name,
+            dir = dir.display(),
+            md5 = spec.md5,
+            all = all.join(" and ")
+        );
+        if !mirrors.download {
+            return Err(DataError::Missing { path: gz, hint });
+        }
+        std::fs::create_dir_all(&dir).map_err(|source| DataError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        download(
+            spec,
+            &gz,
+            &mirrors.bases_or(family.mirrors),
+            mirrors.quiet,
+            hint,
+        )?;
+        out.push(gz);
+    }
+    Ok(out)
+}
