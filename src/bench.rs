@@ -56,40 +56,80 @@ impl Measurement {
     }
 }
 
-/// The transform chain alone on one thread, img/s per repetition: images preloaded, so only
-/// the transforms are timed.
-fn chain_rates(dataset: &Arc<dyn Dataset>, pipeline: &Pipeline, repeats: usize) -> Vec<f64> {
-    let per_image = dataset.shape().len();
-    let n = dataset.len().min(8192);
-    let mut images = vec![0u8; n * per_image];
-    for (i, image) in images.chunks_exact_mut(per_image).enumerate() {
-        dataset.image_into(i, image);
+/// Run `one(k)` for k = 0, 1, 2, … until `max_images` images or `max_s` seconds, whichever
+/// comes first (at least `min_images`); returns images per second.
+fn timed_rate(min_images: usize, max_images: usize, max_s: f64, mut one: impl FnMut(usize)) -> f64 {
+    let t = Instant::now();
+    let mut k = 0;
+    while k < min_images || (k < max_images && t.elapsed().as_secs_f64() < max_s) {
+        one(k);
+        k += 1;
+    }
+    k as f64 / t.elapsed().as_secs_f64()
+}
+
+/// Per-core rates, img/s per repetition: the transform chain alone (images decoded
+/// beforehand) and, for a dataset that decodes (image files, encoded synthetic), decoding
+/// alone and the whole chain (read + decode + transforms), as one loader worker does it.
+struct ChainRates {
+    chain: Vec<f64>,
+    decode: Vec<f64>,
+    whole: Vec<f64>,
+}
+
+fn chain_rates(
+    dataset: &Arc<dyn Dataset>,
+    pipeline: &Pipeline,
+    repeats: usize,
+) -> anyhow::Result<ChainRates> {
+    let decodes = dataset.decodes();
+    // Images held decoded for the chain alone: up to 8,192 small ones, 64 large ones.
+    let n = dataset.len().min(if decodes { 64 } else { 8192 });
+    let mut images = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut pixels = Vec::new();
+        let shape = dataset.read_image(i, &mut pixels)?;
+        images.push((shape, pixels));
     }
     let mut scratch = Scratch::default();
     let mut out = vec![0f32; pipeline.output_shape().len()];
-    // Each repetition transforms at least 32,768 images (≈ 0.1 s), so a scheduler hiccup on a
-    // shared machine moves one repetition by a few percent, not by a third.
-    let passes = 32_768usize.div_ceil(n);
-    let mut chain = Vec::new();
+    let mut buf = Vec::new();
+    let mut rates = ChainRates {
+        chain: Vec::new(),
+        decode: Vec::new(),
+        whole: Vec::new(),
+    };
+    // Each repetition transforms 32,768 images or runs 0.5 s (≈ 0.1 s for the seed's chain),
+    // so a scheduler hiccup on a shared machine moves one repetition by a few percent. The
+    // first repetition warms caches and buffers and is not kept.
     for r in 0..repeats + 1 {
-        let t = Instant::now();
-        for pass in 0..passes {
-            for (i, image) in images.chunks_exact(per_image).enumerate() {
-                pipeline.apply(
-                    image,
-                    (r * passes + pass) as u64,
-                    i as u64,
-                    &mut scratch,
-                    &mut out,
-                );
+        let epoch = r as u64;
+        let chain = timed_rate(16, 32_768, 0.5, |k| {
+            let (shape, pixels) = &images[k % n];
+            let index = (k % n) as u64;
+            pipeline.apply_shaped(pixels, *shape, epoch, index, &mut scratch, &mut out);
+        });
+        let (mut decode, mut whole) = (0.0, 0.0);
+        if decodes {
+            decode = timed_rate(16, 32_768, 0.5, |k| {
+                let _ = dataset.read_image(k % dataset.len(), &mut buf);
+            });
+            whole = timed_rate(16, 32_768, 0.5, |k| {
+                let i = k % dataset.len();
+                if let Ok(shape) = dataset.read_image(i, &mut buf) {
+                    pipeline.apply_shaped(&buf, shape, epoch, i as u64, &mut scratch, &mut out);
+                }
+            });
+        }
+        if r > 0 {
+            rates.chain.push(chain);
+            if decodes {
+                rates.decode.push(decode);
+                rates.whole.push(whole);
             }
         }
-        let rate = (n * passes) as f64 / t.elapsed().as_secs_f64();
-        if r > 0 {
-            chain.push(rate); // the first pass warms caches and buffers
-        }
     }
-    chain
+    Ok(rates)
 }
 
 /// Rates per repetition, each list indexed by worker or thread count.
@@ -117,7 +157,19 @@ fn loader_rates(
     // two figures of each ratio are measured back to back (workers 0 and 2, then 1 thread and 2
     // threads), in reverse order every other repetition, because this machine's speed drifts by
     // tens of percent within a minute; each speed-up is the median of per-repetition ratios.
-    let batches = (65_536 / batch).clamp(8, 1024) as u64;
+    // A costly pipeline (decoding large images) gets fewer: about 2 s of building per timing.
+    let mut probe = BatchBuilder::new(
+        Arc::clone(dataset),
+        Arc::clone(pipeline),
+        LoaderConfig::from_settings(settings),
+    );
+    let mut b = Batch::default();
+    probe.build(0, 0, &mut b)?;
+    let t = Instant::now();
+    probe.build(0, 1, &mut b)?;
+    let per_batch = t.elapsed().as_secs_f64().max(1e-6);
+    let by_time = (2.0 / per_batch) as usize;
+    let batches = (65_536 / batch).min(by_time).clamp(8, 1024) as u64;
     // What one timing in a repetition measures: the loader, or the independent builders.
     #[derive(Clone, Copy)]
     enum Case {
@@ -190,11 +242,28 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
     let DataSetup {
         dataset, pipeline, ..
     } = DataSetup::open(settings, quiet)?;
+    let ChainRates {
+        chain,
+        decode,
+        whole,
+    } = chain_rates(&dataset, &pipeline, repeats)?;
     let mut results = vec![Measurement::new(
         "transform chain, 1 thread",
         "img/s",
-        chain_rates(&dataset, &pipeline, repeats),
+        chain,
     )];
+    if !decode.is_empty() {
+        results.push(Measurement::new(
+            "decoding alone, 1 thread",
+            "img/s",
+            decode,
+        ));
+        results.push(Measurement::new(
+            "read + decode + transform chain, 1 thread",
+            "img/s",
+            whole,
+        ));
+    }
     let LoaderRates {
         rates,
         alone,

@@ -28,11 +28,6 @@ pub struct Sample {
     pub params: SampleParams,
 }
 
-/// Pixels per image pixel in the grid: small images are magnified.
-fn scale_for(shape: ImageShape) -> u32 {
-    (112 / shape.height.max(shape.width).max(1)).clamp(1, 4) as u32
-}
-
 /// Planar (CHW) images as numpy's layout for pictures: N×H×W for grey, N×H×W×C otherwise.
 fn to_npy(data: &[u8], n: usize, shape: ImageShape, path: &Path) -> anyhow::Result<()> {
     let ImageShape {
@@ -71,7 +66,7 @@ pub fn preview(
     let DataSetup {
         dataset, pipeline, ..
     } = DataSetup::open(settings, quiet)?;
-    let (in_shape, out_shape) = (pipeline.input_shape(), pipeline.output_shape());
+    let out_shape = pipeline.output_shape();
     // The loader's epoch-0 order.
     let mut order = Vec::new();
     epoch_order(
@@ -82,17 +77,17 @@ pub fn preview(
         &mut order,
     );
     let n = n.min(order.len());
-    let mut originals = Vec::with_capacity(n * in_shape.len());
+    let mut originals: Vec<(ImageShape, Vec<u8>)> = Vec::with_capacity(n);
     let mut augmented = Vec::with_capacity(n * out_shape.len());
     let mut samples = Vec::new();
     let mut scratch = Scratch::default();
-    let mut pixels = vec![0u8; in_shape.len()];
     for (position, &i) in order.iter().take(n).enumerate() {
         let i = i as usize;
-        dataset.image_into(i, &mut pixels);
-        originals.extend_from_slice(&pixels);
-        let (aug, params) = pipeline.augment(&pixels, 0, i as u64, &mut scratch);
+        let mut pixels = Vec::new();
+        let shape = dataset.read_image(i, &mut pixels)?;
+        let (aug, params) = pipeline.augment_shaped(&pixels, shape, 0, i as u64, &mut scratch);
         augmented.extend_from_slice(aug);
+        originals.push((shape, pixels));
         samples.push(Sample {
             position,
             index: i,
@@ -105,39 +100,71 @@ pub fn preview(
     let json = out.join("samples.json");
     std::fs::write(&json, serde_json::to_vec_pretty(&samples)?)?;
     written.push(json);
-    for (name, data, shape) in [
-        ("originals.npy", &originals, in_shape),
-        ("augmented.npy", &augmented, out_shape),
-    ] {
-        let path = out.join(name);
-        to_npy(data, n, shape, &path)?;
+    // One array of the originals when they share a shape (every dataset but an image folder
+    // of mixed sizes); else one array per sample, original_<position>.npy.
+    let same = originals.windows(2).all(|w| w[0].0 == w[1].0);
+    if let (true, Some((shape, _))) = (same, originals.first()) {
+        let all: Vec<u8> = originals
+            .iter()
+            .flat_map(|(_, p)| p.iter().copied())
+            .collect();
+        let path = out.join("originals.npy");
+        to_npy(&all, n, *shape, &path)?;
         written.push(path);
+    } else {
+        for (position, (shape, pixels)) in originals.iter().enumerate() {
+            let path = out.join(format!("original_{position}.npy"));
+            to_npy(pixels, 1, *shape, &path)?;
+            written.push(path);
+        }
     }
+    let path = out.join("augmented.npy");
+    to_npy(&augmented, n, out_shape, &path)?;
+    written.push(path);
     let png = out.join("preview.png");
-    draw_grid(&png, n, [(&originals, in_shape), (&augmented, out_shape)])?;
+    let augmented: Vec<(ImageShape, &[u8])> = augmented
+        .chunks_exact(out_shape.len().max(1))
+        .map(|p| (out_shape, p))
+        .collect();
+    let originals: Vec<(ImageShape, &[u8])> =
+        originals.iter().map(|(s, p)| (*s, p.as_slice())).collect();
+    draw_grid(&png, n, [&originals, &augmented])?;
     written.push(png);
     Ok(written)
 }
 
-/// The PNG: one column per sample, one row per stage (original, augmented).
-fn draw_grid(png: &Path, n: usize, rows: [(&[u8], ImageShape); 2]) -> anyhow::Result<()> {
-    let scale = scale_for(rows[0].1).min(scale_for(rows[1].1));
-    let side = |s: ImageShape| s.height.max(s.width) as u32 * scale;
-    let cell = side(rows[0].1).max(side(rows[1].1)) + 4;
+/// Images are drawn at most this many pixels wide or high (larger ones are sampled).
+const CELL_MAX: usize = 128;
+
+/// The PNG: one column per sample, one row per stage (original, augmented). Small images are
+/// magnified, large ones sampled down to fit a cell.
+fn draw_grid(png: &Path, n: usize, rows: [&[(ImageShape, &[u8])]; 2]) -> anyhow::Result<()> {
+    let longest = rows
+        .iter()
+        .flat_map(|r| r.iter().map(|(s, _)| s.height.max(s.width)))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let step = longest.div_ceil(CELL_MAX);
+    let scale = if step > 1 {
+        1
+    } else {
+        (112 / longest).clamp(1, 4) as u32
+    };
+    let cell = (longest.div_ceil(step)) as u32 * scale + 4;
     let width = (cell * n.max(1) as u32).max(cell);
     let root = BitMapBackend::new(png, (width, 2 * cell)).into_drawing_area();
     root.fill(&RGBColor(40, 40, 40))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    for k in 0..n {
-        for (row, (data, shape)) in rows.iter().enumerate() {
-            let img = &data[k * shape.len()..(k + 1) * shape.len()];
+    for (row, images) in rows.iter().enumerate() {
+        for (k, (shape, img)) in images.iter().enumerate() {
             let (x0, y0) = (k as u32 * cell + 2, row as u32 * cell + 2);
             let plane = shape.plane();
-            for y in 0..shape.height {
-                for x in 0..shape.width {
+            for (dy, y) in (0..shape.height).step_by(step).enumerate() {
+                for (dx, x) in (0..shape.width).step_by(step).enumerate() {
                     let at =
                         |c: usize| img[c.min(shape.channels - 1) * plane + y * shape.width + x];
-                    let (x, y) = (x as u32, y as u32);
+                    let (x, y) = (dx as u32, dy as u32);
                     let rect = Rectangle::new(
                         [
                             ((x0 + x * scale) as i32, (y0 + y * scale) as i32),

@@ -4,6 +4,7 @@
 //! plane. Every pixel op of the pipeline then works one plane at a time with the same integer
 //! arithmetic Pillow applies to each band of an L or RGB image, and `to_tensor` writes torch's
 //! CHW layout with no transpose. Datasets that decode interleaved pixels (HWC) split them once.
+//! Grey from colour is Pillow's `convert("L")` ([`luma`]), for decoders and transforms alike.
 
 use serde::{Deserialize, Serialize};
 
@@ -117,4 +118,9 @@ impl Padding {
             shape.width + self.left + self.right,
         )
     }
+}
+
+/// Pillow's `rgb2l`: `(R·19595 + G·38470 + B·7471 + 0x8000) >> 16`.
+pub fn luma(r: u8, g: u8, b: u8) -> u8 {
+    ((r as u32 * 19595 + g as u32 * 38470 + b as u32 * 7471 + 0x8000) >> 16) as u8
 }

@@ -751,3 +751,17 @@ fn size_is_a_number_or_height_and_width() {
     let file = write(dir.path(), &ok);
     loaderlab().arg("validate").arg(&file).assert().success();
 }
+
+#[test]
+fn image_folder_chain_must_reach_one_size() {
+    let text = "[dataset]\nkind = \"image_folder\"\nroot = \"imgs\"\n\n[[transforms]]\nop = \"random_horizontal_flip\"\n[[transforms]]\nop = \"to_tensor\"\n";
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), text);
+    let out = loaderlab().arg("validate").arg(&file).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("differ in size") && stderr.contains("random_horizontal_flip → to_tensor"),
+        "{stderr}"
+    );
+}

@@ -85,7 +85,47 @@ pub enum DatasetKind {
     FashionMnist,
     Mnist,
     Cifar10,
+    /// torchvision's `ImageFolder` layout: `root/<class>/<image>`.
+    ImageFolder,
     Synthetic,
+}
+
+/// PIL's `convert(mode)` applied to every decoded image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ColorMode {
+    Rgb,
+    L,
+}
+
+/// What an image folder keeps in memory: nothing (read and decode each sample, as
+/// torchvision does), the files' bytes (decode each sample), or the decoded pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheMode {
+    None,
+    Encoded,
+    Decoded,
+}
+
+/// What a corrupt or unreadable image does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Stop the run with a message naming the file and the decoder's reason.
+    Fail,
+    /// Serve the next readable image in its place, and count it.
+    Skip,
+}
+
+/// How the synthetic dataset stores its images: as pixels, or pre-encoded in memory, so that
+/// decoding is part of every sample's cost as with files of photographs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    Raw,
+    Jpeg,
+    Png,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +156,16 @@ pub struct DatasetSection {
     pub size: [u64; 2],
     /// Channels of the synthetic dataset: 1 (grey) or 3 (RGB).
     pub channels: u64,
+    /// Synthetic images stored raw or pre-encoded (decoded per sample in the loader).
+    pub encoding: Encoding,
+    /// JPEG quality of pre-encoded synthetic images (1–100; Pillow's default 75).
+    pub quality: u64,
+    /// Image folder: PIL's `convert` mode of every image.
+    pub mode: ColorMode,
+    /// Image folder: what stays in memory between samples.
+    pub cache: CacheMode,
+    /// Image folder: a corrupt or unreadable image stops the run, or is skipped and counted.
+    pub on_error: OnError,
 }
 
 impl Default for DatasetSection {
@@ -130,6 +180,11 @@ impl Default for DatasetSection {
             synthetic_classes: 10,
             size: [28, 28],
             channels: 1,
+            encoding: Encoding::Raw,
+            quality: 75,
+            mode: ColorMode::Rgb,
+            cache: CacheMode::None,
+            on_error: OnError::Fail,
         }
     }
 }
@@ -621,7 +676,11 @@ macro_rules! choice {
     };
 }
 
-choice!(DatasetKind: FashionMnist, Mnist, Cifar10, Synthetic);
+choice!(DatasetKind: FashionMnist, Mnist, Cifar10, ImageFolder, Synthetic);
+choice!(ColorMode: Rgb, L);
+choice!(CacheMode: None, Encoded, Decoded);
+choice!(OnError: Fail, Skip);
+choice!(Encoding: Raw, Jpeg, Png);
 choice!(Split: Train, Test);
 choice!(ModelKind: SmallCnn);
 choice!(OptimizerKind: Adam);
@@ -635,6 +694,10 @@ pub fn choices(path: &str) -> Option<Vec<String>> {
     Some(match path {
         "dataset.kind" => DatasetKind::words(),
         "dataset.split" => Split::words(),
+        "dataset.mode" => ColorMode::words(),
+        "dataset.cache" => CacheMode::words(),
+        "dataset.on_error" => OnError::words(),
+        "dataset.encoding" => Encoding::words(),
         "model.kind" => ModelKind::words(),
         "optimizer.kind" => OptimizerKind::words(),
         "device.kind" => DeviceKind::words(),

@@ -2,7 +2,7 @@
 //! Each check returns the offending key path and a message; the loader ties it to its source.
 
 use super::problem::KeyPath;
-use super::schema::{DatasetKind, ModelKind, Settings, Size, Split, TransformSpec};
+use super::schema::{ColorMode, DatasetKind, ModelKind, Settings, Size, Split, TransformSpec};
 use crate::shape::ImageShape;
 
 /// Smallest side small_cnn takes: its two 2×2 poolings must leave at least one pixel.
@@ -14,6 +14,15 @@ pub fn dataset_shape(s: &Settings) -> ImageShape {
     match d.kind {
         DatasetKind::FashionMnist | DatasetKind::Mnist => ImageShape::GREY_28,
         DatasetKind::Cifar10 => ImageShape::new(3, 32, 32),
+        // Sizes vary from image to image: 0 × 0 until an op fixes them.
+        DatasetKind::ImageFolder => ImageShape::new(
+            match d.mode {
+                ColorMode::Rgb => 3,
+                ColorMode::L => 1,
+            },
+            0,
+            0,
+        ),
         DatasetKind::Synthetic => {
             ImageShape::new(d.channels as usize, d.size[0] as usize, d.size[1] as usize)
         }
@@ -27,6 +36,10 @@ pub fn resize_output(height: usize, width: usize, size: Size, max_size: u64) -> 
     let Size::Side(side) = size else {
         return size.fixed();
     };
+    if height == 0 || width == 0 {
+        // An image of unknown size (an image folder's): the output's size is unknown too.
+        return (0, 0);
+    }
     let (short, long) = (height.min(width), height.max(width));
     let mut new_short = side as usize;
     let mut new_long = (side as f64 * long as f64 / short.max(1) as f64) as usize;
@@ -90,6 +103,8 @@ pub fn fashion_mnist_len(split: Split) -> u64 {
 pub fn dataset_len(s: &Settings) -> u64 {
     match s.dataset.kind {
         DatasetKind::FashionMnist | DatasetKind::Mnist => fashion_mnist_len(s.dataset.split),
+        // Known only once the folder is listed; the loader checks a batch fits.
+        DatasetKind::ImageFolder => u64::MAX,
         DatasetKind::Cifar10 => match s.dataset.split {
             Split::Train => 50_000,
             Split::Test => 10_000,
@@ -114,6 +129,15 @@ fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let mut bad = |path: KeyPath, message: String| out.push((path, message));
     let key = |section: &str, name: &str| KeyPath::keys([section, name]);
     if s.dataset.kind == DatasetKind::Synthetic {
+        if !(1..=100).contains(&s.dataset.quality) {
+            bad(
+                key("dataset", "quality"),
+                format!(
+                    "expected a JPEG quality from 1 to 100, found {}",
+                    s.dataset.quality
+                ),
+            );
+        }
         if s.dataset.synthetic_size == 0 {
             bad(
                 key("dataset", "synthetic_size"),
@@ -143,7 +167,11 @@ fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             );
         }
     }
-    if s.dataset.kind != DatasetKind::Synthetic && s.dataset.download {
+    let downloads = !matches!(
+        s.dataset.kind,
+        DatasetKind::Synthetic | DatasetKind::ImageFolder
+    );
+    if downloads && s.dataset.download {
         for (i, m) in s.dataset.mirrors.iter().enumerate() {
             if !(m.starts_with("http://") || m.starts_with("https://")) {
                 bad(
@@ -194,6 +222,18 @@ fn check_transforms(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
         bad(
             KeyPath::keys(["transforms"]),
             "the pipeline must end in a tensor: add { op = \"to_tensor\" }".into(),
+        );
+    }
+    if shape.height == 0 || shape.width == 0 {
+        let ops: Vec<&str> = s.transforms.iter().map(|t| t.op_name()).collect();
+        bad(
+            KeyPath::keys(["transforms"]),
+            format!(
+                "the images differ in size and no op makes them one size, so they cannot be \
+                 batched: add random_resized_crop, center_crop, random_crop or resize with \
+                 size = [height, width] (the chain is {})",
+                ops.join(" → ")
+            ),
         );
     }
 }

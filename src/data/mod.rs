@@ -5,7 +5,9 @@
 //! Pixels are planar (CHW, [`crate::shape`]), every image of a dataset has its `shape()`.
 
 mod cifar;
+mod decode;
 mod download;
+mod folder;
 mod idx;
 mod mnist;
 mod synthetic;
@@ -14,12 +16,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use cifar::{CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_SHAPE, Cifar10, unpack as unpack_cifar};
+pub use decode::{EXTENSIONS, decode, encode};
 pub use download::{FileSpec, Mirrors};
+pub use folder::ImageFolder;
 pub use idx::{IdxArray, read_idx, write_idx};
 pub use mnist::{FASHION_MNIST, IdxFamily, MNIST, Mnist, ensure_files};
-pub use synthetic::Synthetic;
+pub use synthetic::{EncodedSynthetic, Synthetic};
 
-use crate::config::{DatasetKind, Settings};
+use crate::config::{DatasetKind, Encoding, Settings};
 pub use crate::shape::ImageShape;
 
 /// A labelled set of 8-bit images of one shape.
@@ -29,10 +33,27 @@ pub trait Dataset: Send + Sync {
         self.len() == 0
     }
     fn label(&self, index: usize) -> u8;
-    /// The shape of every image.
+    /// The shape of every image; height and width are 0 when they vary from image to image
+    /// (an image folder's), and then only [`Dataset::read_image`] reads them.
     fn shape(&self) -> ImageShape;
     /// Copy image `index` (planar, `shape().len()` bytes) into `buf`.
     fn image_into(&self, index: usize, buf: &mut [u8]);
+    /// Image `index` into `buf` (planar, resized to fit) and its shape: the loader's read,
+    /// which may decode a file and may fail (the error names the file).
+    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {
+        let shape = self.shape();
+        buf.resize(shape.len(), 0);
+        self.image_into(index, buf);
+        Ok(shape)
+    }
+    /// Whether reading an image decodes it (image files, encoded synthetic images).
+    fn decodes(&self) -> bool {
+        false
+    }
+    /// Unreadable images served as another image so far (`on_error = "skip"`).
+    fn skipped(&self) -> u64 {
+        0
+    }
     /// A hint that image `index` will be read soon.
     fn prefetch(&self, _index: usize) {}
     fn classes(&self) -> usize;
@@ -93,12 +114,23 @@ pub fn open(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataEr
         DatasetKind::FashionMnist => Arc::new(Mnist::open(FASHION_MNIST, root, d.split, &mirrors)?),
         DatasetKind::Mnist => Arc::new(Mnist::open(MNIST, root, d.split, &mirrors)?),
         DatasetKind::Cifar10 => Arc::new(Cifar10::open(root, d.split, &mirrors)?),
-        DatasetKind::Synthetic => Arc::new(Synthetic::with_shape(
-            d.synthetic_size as usize,
-            d.synthetic_classes as usize,
-            crate::config::dataset_shape(settings),
-            settings.experiment.seed,
-        )),
+        DatasetKind::ImageFolder => Arc::new(ImageFolder::open(root, d.mode, d.cache, d.on_error)?),
+        DatasetKind::Synthetic => {
+            let shape = crate::config::dataset_shape(settings);
+            let (len, classes) = (d.synthetic_size as usize, d.synthetic_classes as usize);
+            let seed = settings.experiment.seed;
+            match d.encoding {
+                Encoding::Raw => Arc::new(Synthetic::with_shape(len, classes, shape, seed)),
+                Encoding::Jpeg => Arc::new(EncodedSynthetic::new(
+                    Synthetic::with_shape(len, classes, shape, seed),
+                    Some(d.quality as u8),
+                )),
+                Encoding::Png => Arc::new(EncodedSynthetic::new(
+                    Synthetic::with_shape(len, classes, shape, seed),
+                    None,
+                )),
+            }
+        }
     })
 }
 

@@ -193,6 +193,93 @@ impl Synthetic {
     }
 }
 
+/// The synthetic images pre-encoded in memory (JPEG at a quality, or PNG) and decoded on every
+/// read, so that decoding costs what it costs on photographs, on a machine with none.
+pub struct EncodedSynthetic {
+    inner: Synthetic,
+    encoded: Vec<Vec<u8>>,
+    format: &'static str,
+}
+
+impl EncodedSynthetic {
+    /// Encode every image of `inner` (in parallel; JPEG when `jpeg_quality` is set, else PNG).
+    pub fn new(inner: Synthetic, jpeg_quality: Option<u8>) -> Self {
+        use rayon::prelude::*;
+        let shape = inner.shape;
+        let encoded = (0..inner.len)
+            .into_par_iter()
+            .map_init(
+                || vec![0u8; shape.len()],
+                |pixels, i| {
+                    inner.image_into(i, pixels);
+                    super::decode::encode(pixels, shape, jpeg_quality)
+                },
+            )
+            .collect();
+        let format = if jpeg_quality.is_some() {
+            "JPEG"
+        } else {
+            "PNG"
+        };
+        EncodedSynthetic {
+            inner,
+            encoded,
+            format,
+        }
+    }
+
+    /// Mean encoded size in bytes.
+    pub fn mean_bytes(&self) -> f64 {
+        let total: usize = self.encoded.iter().map(Vec::len).sum();
+        total as f64 / self.encoded.len().max(1) as f64
+    }
+}
+
+impl Dataset for EncodedSynthetic {
+    fn len(&self) -> usize {
+        self.inner.len
+    }
+    fn label(&self, index: usize) -> u8 {
+        self.inner.label(index)
+    }
+    fn shape(&self) -> ImageShape {
+        self.inner.shape
+    }
+    fn image_into(&self, index: usize, buf: &mut [u8]) {
+        let mut v = Vec::new();
+        if self.read_image(index, &mut v).is_ok() {
+            buf[..v.len()].copy_from_slice(&v);
+        }
+    }
+    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, super::DataError> {
+        let mode = if self.inner.shape.channels == 1 {
+            crate::config::ColorMode::L
+        } else {
+            crate::config::ColorMode::Rgb
+        };
+        super::decode::decode(&self.encoded[index], mode, buf).map_err(super::DataError::Mismatch)
+    }
+    fn decodes(&self) -> bool {
+        true
+    }
+    fn prefetch(&self, index: usize) {
+        // The header and first scans; the decoder streams the rest.
+        let bytes = &self.encoded[index];
+        super::prefetch_bytes(&bytes[..bytes.len().min(4096)]);
+    }
+    fn classes(&self) -> usize {
+        self.inner.classes
+    }
+    fn describe(&self) -> String {
+        format!(
+            "{}, {}-encoded in memory ({} KB each on average), decoded per sample",
+            self.inner.describe(),
+            self.format,
+            crate::format::sig(self.mean_bytes() / 1000.0)
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

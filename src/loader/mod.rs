@@ -23,7 +23,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::Settings;
-use crate::data::Dataset;
+use crate::data::{DataError, Dataset};
 use crate::hash::{Fingerprint, splitmix};
 use crate::spans;
 use crate::transforms::{Pipeline, Scratch};
@@ -65,6 +65,16 @@ pub enum LoaderError {
     /// With `workers = 0` the training thread builds each batch itself.
     #[error("the training thread panicked while building batch {batch} (workers = 0): {message}")]
     BuildPanicked { batch: u64, message: String },
+    /// A sample could not be read (a corrupt or missing image, with `on_error = "fail"`).
+    #[error("{} could not read a sample of batch {batch}: {message}", match worker {
+        Some(w) => format!("loader worker {w}"),
+        None => "the training thread (workers = 0)".to_string(),
+    })]
+    Sample {
+        worker: Option<usize>,
+        batch: u64,
+        message: String,
+    },
     #[error("loader worker {worker} stopped without delivering batch {batch}")]
     WorkerGone { worker: usize, batch: u64 },
     #[error("cannot start loader worker {worker}: {message}")]
@@ -150,11 +160,11 @@ impl Builder {
         Builder {
             sampler: Sampler::new(source.dataset.len(), &source.cfg),
             scratch: Scratch::default(),
-            pixels: vec![0; source.dataset.shape().len()],
+            pixels: Vec::new(),
         }
     }
 
-    fn build(&mut self, source: &Source, k: u64, batch: &mut Batch) {
+    fn build(&mut self, source: &Source, k: u64, batch: &mut Batch) -> Result<(), DataError> {
         let shape = source.pipeline.output_shape();
         let plane = shape.len();
         let (epoch, indices) = self.sampler.batch(k);
@@ -177,10 +187,11 @@ impl Builder {
                 source.dataset.prefetch(next as usize);
             }
             let i = i as usize;
-            source.dataset.image_into(i, &mut self.pixels);
+            let input = source.dataset.read_image(i, &mut self.pixels)?;
             batch.labels[slot] = source.dataset.label(i) as u32;
-            source.pipeline.apply(
+            source.pipeline.apply_shaped(
                 &self.pixels,
+                input,
                 epoch,
                 i as u64,
                 &mut self.scratch,
@@ -191,11 +202,12 @@ impl Builder {
         fp.floats(batch.images());
         fp.labels(batch.labels());
         batch.fingerprint = fp.finish();
+        Ok(())
     }
 
     /// [`Builder::build`] as worker `worker` does it (`None`: the training thread, with
-    /// `workers = 0`): inside a `build_batch` trace span, with a panic (a bad dataset, a failed
-    /// allocation) turned into an error naming who built which batch.
+    /// `workers = 0`): inside a `build_batch` trace span, with an unreadable sample or a panic
+    /// (a bad dataset, a failed allocation) turned into an error naming who built which batch.
     fn build_caught(
         &mut self,
         source: &Source,
@@ -203,21 +215,29 @@ impl Builder {
         k: u64,
         batch: &mut Batch,
     ) -> Result<(), LoaderError> {
-        std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let built = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let _span = tracing::info_span!(spans::BUILD_BATCH, batch = k).entered();
-            self.build(source, k, batch);
-        }))
-        .map_err(|panic| {
-            let message = panic_message(&panic);
-            match worker {
-                Some(worker) => LoaderError::WorkerPanicked {
-                    worker,
-                    batch: k,
-                    message,
-                },
-                None => LoaderError::BuildPanicked { batch: k, message },
+            self.build(source, k, batch)
+        }));
+        match built {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(LoaderError::Sample {
+                worker,
+                batch: k,
+                message: e.to_string(),
+            }),
+            Err(panic) => {
+                let message = panic_message(&panic);
+                Err(match worker {
+                    Some(worker) => LoaderError::WorkerPanicked {
+                        worker,
+                        batch: k,
+                        message,
+                    },
+                    None => LoaderError::BuildPanicked { batch: k, message },
+                })
             }
-        })
+        }
     }
 }
 

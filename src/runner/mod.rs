@@ -200,6 +200,11 @@ pub fn run(
         }
     }
 
+    let mut warnings = warnings;
+    for w in setups.skipped_images() {
+        reporter.warning(&w);
+        warnings.push(w);
+    }
     let meta = RunMeta {
         experiment: exp.base.experiment.name.clone(),
         file: exp.file.display().to_string(),

@@ -156,6 +156,22 @@ pub enum SetupError {
 }
 
 impl Setups {
+    /// One line per dataset that served unreadable images as others (`on_error = "skip"`).
+    pub fn skipped_images(&self) -> Vec<String> {
+        self.datasets
+            .iter()
+            .filter(|(_, d)| d.skipped() > 0)
+            .map(|(_, d)| {
+                format!(
+                    "{}: {} reads of unreadable images were served as the next readable image \
+                     (dataset.on_error = \"skip\")",
+                    d.describe(),
+                    d.skipped()
+                )
+            })
+            .collect()
+    }
+
     pub fn prepare(&mut self, s: &Settings, quiet: bool) -> Result<Setup, SetupError> {
         let dataset = match self.datasets.iter().find(|(d, _)| *d == s.dataset) {
             Some((_, ds)) => Arc::clone(ds),

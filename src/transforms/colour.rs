@@ -5,11 +5,7 @@
 //! byte, HSV → RGB). Images are planar: RGB is three planes.
 
 use crate::shape::ImageShape;
-
-/// Pillow's `rgb2l`: `(R·19595 + G·38470 + B·7471 + 0x8000) >> 16`.
-pub fn luma(r: u8, g: u8, b: u8) -> u8 {
-    ((r as u32 * 19595 + g as u32 * 38470 + b as u32 * 7471 + 0x8000) >> 16) as u8
-}
+pub use crate::shape::luma;
 
 /// The grey plane of an image: itself when grey, else the luma of its three planes.
 pub fn grey_plane(src: &[u8], shape: ImageShape, dst: &mut [u8]) {

@@ -279,9 +279,21 @@ impl Pipeline {
         index: u64,
         scratch: &'s mut Scratch,
     ) -> (&'s [u8], SampleParams) {
+        self.augment_shaped(src, self.input, epoch, index, scratch)
+    }
+
+    /// [`Pipeline::augment`] for an input of its own shape (images of a folder differ).
+    pub fn augment_shaped<'s>(
+        &self,
+        src: &[u8],
+        input: ImageShape,
+        epoch: u64,
+        index: u64,
+        scratch: &'s mut Scratch,
+    ) -> (&'s [u8], SampleParams) {
         let mut rng = sample_rng(self.seed, epoch, index);
         let mut params = SampleParams::default();
-        let mut shape = self.input;
+        let mut shape = input;
         scratch.a.clear();
         scratch.a.extend_from_slice(&src[..shape.len()]);
         for op in &self.ops {
@@ -300,8 +312,29 @@ impl Pipeline {
         scratch: &mut Scratch,
         out: &mut [f32],
     ) -> SampleParams {
+        self.apply_shaped(src, self.input, epoch, index, scratch, out)
+    }
+
+    /// [`Pipeline::apply`] for an input of its own shape. The chain's output shape is fixed
+    /// (checked at validate time), so every sample fills `out` exactly.
+    pub fn apply_shaped(
+        &self,
+        src: &[u8],
+        input: ImageShape,
+        epoch: u64,
+        index: u64,
+        scratch: &mut Scratch,
+        out: &mut [f32],
+    ) -> SampleParams {
         let plane = self.output.plane();
-        let (pixels, params) = self.augment(src, epoch, index, scratch);
+        let (pixels, params) = self.augment_shaped(src, input, epoch, index, scratch);
+        assert_eq!(
+            pixels.len(),
+            self.output.len(),
+            "the transforms gave {} pixels for an output of {}",
+            pixels.len(),
+            self.output
+        );
         let table = &*TO_TENSOR;
         match &self.normalize {
             None => {

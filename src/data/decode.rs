@@ -1,0 +1,110 @@
+//! Encoded images → planar 8-bit pixels, as PIL's `Image.open(f).convert(mode)` gives them:
+//! `rgb` keeps three channels (grey images repeated, an alpha channel dropped, palettes
+//! expanded), `l` takes ITU-R 601-2 luma of colour images with Pillow's fixed-point formula.
+//! Decoding is pure Rust (`image` 0.24: jpeg-decoder, png), so a fresh machine needs nothing
+//! installed; its agreement with Pillow (libjpeg-turbo) is measured in tests/images.rs.
+
+use std::io::Cursor;
+
+use image::{DynamicImage, ImageFormat};
+
+use super::ImageShape;
+use crate::config::ColorMode;
+
+/// The formats this build decodes, by lowercase file extension.
+pub const EXTENSIONS: [&str; 4] = ["jpg", "jpeg", "png", "bmp"];
+
+/// The extensions torchvision's `ImageFolder` accepts that this build cannot decode: a folder
+/// holding them would give another sample list than torchvision's, so it is refused.
+pub const UNSUPPORTED: [&str; 5] = ["ppm", "pgm", "tif", "tiff", "webp"];
+
+/// Decode `bytes` into `out` (planar), returning the image's shape; the error is the decoder's
+/// reason.
+pub fn decode(bytes: &[u8], mode: ColorMode, out: &mut Vec<u8>) -> Result<ImageShape, String> {
+    let format = image::guess_format(bytes).map_err(|e| e.to_string())?;
+    if !matches!(
+        format,
+        ImageFormat::Jpeg | ImageFormat::Png | ImageFormat::Bmp
+    ) {
+        return Err(format!("{format:?} images are not decoded by this build"));
+    }
+    let mut reader = image::io::Reader::with_format(Cursor::new(bytes), format);
+    reader.no_limits();
+    let img = reader.decode().map_err(|e| e.to_string())?;
+    Ok(planar(&img, mode, out))
+}
+
+/// `img` converted to `mode`, written planar into `out`.
+pub fn planar(img: &DynamicImage, mode: ColorMode, out: &mut Vec<u8>) -> ImageShape {
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    let grey_source = matches!(
+        img,
+        DynamicImage::ImageLuma8(_) | DynamicImage::ImageLumaA8(_)
+    );
+    let plane = w * h;
+    match mode {
+        ColorMode::L => {
+            out.clear();
+            if grey_source {
+                out.extend_from_slice(img.to_luma8().as_raw());
+            } else {
+                let rgb = img.to_rgb8();
+                out.extend(
+                    rgb.as_raw()
+                        .chunks_exact(3)
+                        .map(|p| crate::shape::luma(p[0], p[1], p[2])),
+                );
+            }
+            ImageShape::new(1, h, w)
+        }
+        ColorMode::Rgb => {
+            out.resize(3 * plane, 0);
+            if grey_source {
+                let grey = img.to_luma8();
+                for c in 0..3 {
+                    out[c * plane..][..plane].copy_from_slice(grey.as_raw());
+                }
+            } else {
+                let rgb = img.to_rgb8();
+                let (r, rest) = out.split_at_mut(plane);
+                let (g, b) = rest.split_at_mut(plane);
+                for (i, p) in rgb.as_raw().chunks_exact(3).enumerate() {
+                    r[i] = p[0];
+                    g[i] = p[1];
+                    b[i] = p[2];
+                }
+            }
+            ImageShape::new(3, h, w)
+        }
+    }
+}
+
+/// Encode planar `pixels` of `shape` as JPEG at `quality` (1–100) or as PNG.
+pub fn encode(pixels: &[u8], shape: ImageShape, jpeg_quality: Option<u8>) -> Vec<u8> {
+    let plane = shape.plane();
+    let interleaved: Vec<u8> = (0..plane)
+        .flat_map(|i| (0..shape.channels).map(move |c| pixels[c * plane + i]))
+        .collect();
+    let (w, h) = (shape.width as u32, shape.height as u32);
+    let colour = if shape.channels == 1 {
+        image::ColorType::L8
+    } else {
+        image::ColorType::Rgb8
+    };
+    let mut out = Vec::new();
+    let result = match jpeg_quality {
+        Some(q) => image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, q).encode(
+            &interleaved,
+            w,
+            h,
+            colour,
+        ),
+        None => {
+            use image::ImageEncoder;
+            image::codecs::png::PngEncoder::new(&mut out).write_image(&interleaved, w, h, colour)
+        }
+    };
+    // Encoding pixels we generated into memory cannot fail but for a bug.
+    result.expect("encoding a generated image");
+    out
+}

@@ -1,0 +1,298 @@
+//! torchvision's `ImageFolder`: `root/<class>/…/<image>`, classes = the sorted names of the
+//! root's folders, label = the class's index, samples in torchvision's order (classes sorted,
+//! each class folder walked with its sub-folders in sorted order, file names sorted), so a
+//! sample index names the same image in both. Images are decoded per sample in the loader,
+//! as torchvision does, unless `cache = "decoded"`.
+//!
+//! A root with no class folder, a class folder with no image, or a file torchvision would
+//! take but this build cannot decode is an error at open time, listing what was found. A
+//! corrupt image is found when it is read: `on_error = "fail"` stops the run naming the file
+//! and the decoder's reason; `"skip"` serves the next readable image in its place (the same
+//! one in every condition) and counts it.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::decode::{EXTENSIONS, UNSUPPORTED, decode};
+use super::{DataError, Dataset, ImageShape};
+use crate::config::{CacheMode, ColorMode, OnError};
+
+pub struct ImageFolder {
+    root: PathBuf,
+    classes: Vec<String>,
+    samples: Vec<(PathBuf, u8)>,
+    mode: ColorMode,
+    on_error: OnError,
+    cache: CacheMode,
+    /// Every file's bytes (`cache = "encoded"`).
+    encoded: Option<Vec<Vec<u8>>>,
+    /// Every image decoded, with its shape (`cache = "decoded"`).
+    decoded: Option<Vec<(ImageShape, Vec<u8>)>>,
+    skipped: AtomicU64,
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> DataError + '_ {
+    move |source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The lowercase extension of a file name.
+fn extension(path: &Path) -> String {
+    path.extension()
+        .map(|e| e.to_string_lossy().to_lowercase())
+        .unwrap_or_default()
+}
+
+/// Every file under `dir` in `os.walk` order as torchvision sorts it: folders by path, the
+/// files of each folder by name.
+fn walk(dir: &Path, out: &mut Vec<(PathBuf, PathBuf)>) -> Result<(), DataError> {
+    let mut folders = vec![dir.to_path_buf()];
+    let mut i = 0;
+    while i < folders.len() {
+        let here = folders[i].clone();
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&here).map_err(io(&here))? {
+            let entry = entry.map_err(io(&here))?;
+            let path = entry.path();
+            // Like os.walk(followlinks=True): a link to a folder is walked.
+            if path.is_dir() {
+                folders.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+        files.sort();
+        out.extend(files.into_iter().map(|f| (here.clone(), f)));
+        i += 1;
+    }
+    // sorted(os.walk(...)) orders by folder path as a string (Python compares code points,
+    // as UTF-8 bytes compare); a stable sort keeps each folder's files in name order.
+    out.sort_by(|a, b| {
+        a.0.as_os_str()
+            .as_encoded_bytes()
+            .cmp(b.0.as_os_str().as_encoded_bytes())
+    });
+    Ok(())
+}
+
+impl ImageFolder {
+    pub fn open(
+        root: &Path,
+        mode: ColorMode,
+        cache: CacheMode,
+        on_error: OnError,
+    ) -> Result<Self, DataError> {
+        if !root.is_dir() {
+            return Err(DataError::Mismatch(format!(
+                "{} is not a folder: dataset.kind = \"image_folder\" reads root/<class>/<image> \
+                 (torchvision's ImageFolder layout). {}",
+                root.display(),
+                super::TRY_SYNTHETIC
+            )));
+        }
+        let mut classes = Vec::new();
+        let mut loose = 0usize;
+        for entry in std::fs::read_dir(root).map_err(io(root))? {
+            let entry = entry.map_err(io(root))?;
+            if entry.path().is_dir() {
+                classes.push(entry.file_name().to_string_lossy().into_owned());
+            } else {
+                loose += 1;
+            }
+        }
+        classes.sort();
+        if classes.is_empty() {
+            return Err(DataError::Mismatch(format!(
+                "{}: no class folders found ({loose} loose files); an image folder holds one \
+                 folder per class, e.g. {}/cat/001.jpg and {}/dog/001.jpg",
+                root.display(),
+                root.display(),
+                root.display()
+            )));
+        }
+        if classes.len() > 256 {
+            return Err(DataError::Mismatch(format!(
+                "{}: {} class folders; at most 256 classes are supported",
+                root.display(),
+                classes.len()
+            )));
+        }
+        let mut samples = Vec::new();
+        let mut empty = Vec::new();
+        let mut undecodable = Vec::new();
+        for (label, class) in classes.iter().enumerate() {
+            let mut files = Vec::new();
+            walk(&root.join(class), &mut files)?;
+            let before = samples.len();
+            for (_, f) in files {
+                let ext = extension(&f);
+                if EXTENSIONS.contains(&ext.as_str()) {
+                    samples.push((f, label as u8));
+                } else if UNSUPPORTED.contains(&ext.as_str()) {
+                    undecodable.push(f);
+                }
+            }
+            if samples.len() == before {
+                empty.push(class.clone());
+            }
+        }
+        if !undecodable.is_empty() {
+            return Err(DataError::Mismatch(format!(
+                "{}: {} files torchvision's ImageFolder would take but this build does not \
+                 decode (it reads .{}), e.g. {}; convert them or remove them, so that sample \
+                 indices stay torchvision's",
+                root.display(),
+                undecodable.len(),
+                EXTENSIONS.join(" ."),
+                undecodable[0].display()
+            )));
+        }
+        if !empty.is_empty() {
+            return Err(DataError::Mismatch(format!(
+                "{}: no images (.{}) in the class folder{} {}; found {} classes: {}",
+                root.display(),
+                EXTENSIONS.join(" ."),
+                if empty.len() == 1 { "" } else { "s" },
+                empty.join(", "),
+                classes.len(),
+                classes.join(", ")
+            )));
+        }
+        let mut folder = ImageFolder {
+            root: root.to_path_buf(),
+            classes,
+            samples,
+            mode,
+            on_error,
+            cache,
+            encoded: None,
+            decoded: None,
+            skipped: AtomicU64::new(0),
+        };
+        match cache {
+            CacheMode::None => {}
+            CacheMode::Encoded => {
+                let bytes: Result<Vec<Vec<u8>>, DataError> = folder
+                    .samples
+                    .iter()
+                    .map(|(p, _)| std::fs::read(p).map_err(io(p)))
+                    .collect();
+                folder.encoded = Some(bytes?);
+            }
+            CacheMode::Decoded => {
+                let mut all = Vec::with_capacity(folder.samples.len());
+                for i in 0..folder.samples.len() {
+                    let mut pixels = Vec::new();
+                    let shape = folder.read_or_skip(i, &mut pixels)?;
+                    all.push((shape, pixels));
+                }
+                folder.decoded = Some(all);
+            }
+        }
+        Ok(folder)
+    }
+
+    /// Read and decode sample `index` from its file or the encoded cache.
+    fn decode_one(&self, index: usize, out: &mut Vec<u8>) -> Result<ImageShape, DataError> {
+        let path = &self.samples[index].0;
+        let owned;
+        let bytes = match &self.encoded {
+            Some(all) => &all[index],
+            None => {
+                owned = std::fs::read(path).map_err(io(path))?;
+                &owned
+            }
+        };
+        decode(bytes, self.mode, out).map_err(|reason| {
+            DataError::Mismatch(format!("cannot decode {}: {reason}", path.display()))
+        })
+    }
+
+    /// Sample `index`, or with `on_error = "skip"` the next one that decodes.
+    fn read_or_skip(&self, index: usize, out: &mut Vec<u8>) -> Result<ImageShape, DataError> {
+        let n = self.samples.len();
+        let mut first_error = None;
+        for k in 0..n {
+            match self.decode_one((index + k) % n, out) {
+                Ok(shape) => {
+                    if k > 0 {
+                        self.skipped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok(shape);
+                }
+                Err(e) if self.on_error == OnError::Skip => {
+                    first_error.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(first_error.unwrap_or_else(|| {
+            DataError::Mismatch(format!("{}: no image decodes", self.root.display()))
+        }))
+    }
+
+    /// The class names, in label order.
+    pub fn class_names(&self) -> &[String] {
+        &self.classes
+    }
+
+    /// The file of sample `index`.
+    pub fn path(&self, index: usize) -> &Path {
+        &self.samples[index].0
+    }
+}
+
+impl Dataset for ImageFolder {
+    fn len(&self) -> usize {
+        self.samples.len()
+    }
+    fn label(&self, index: usize) -> u8 {
+        self.samples[index].1
+    }
+    fn shape(&self) -> ImageShape {
+        let channels = match self.mode {
+            ColorMode::Rgb => 3,
+            ColorMode::L => 1,
+        };
+        ImageShape::new(channels, 0, 0)
+    }
+    fn image_into(&self, index: usize, buf: &mut [u8]) {
+        let mut v = Vec::new();
+        if let Ok(shape) = self.read_image(index, &mut v) {
+            buf[..shape.len()].copy_from_slice(&v);
+        }
+    }
+    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {
+        if let Some(all) = &self.decoded {
+            let (shape, pixels) = &all[index];
+            buf.clear();
+            buf.extend_from_slice(pixels);
+            return Ok(*shape);
+        }
+        self.read_or_skip(index, buf)
+    }
+    fn classes(&self) -> usize {
+        self.classes.len()
+    }
+    fn decodes(&self) -> bool {
+        self.decoded.is_none()
+    }
+    fn skipped(&self) -> u64 {
+        self.skipped.load(Ordering::Relaxed)
+    }
+    fn describe(&self) -> String {
+        let cache = match self.cache {
+            CacheMode::None => "decoded per sample from files",
+            CacheMode::Encoded => "files held in memory, decoded per sample",
+            CacheMode::Decoded => "decoded once, pixels held in memory",
+        };
+        format!(
+            "image folder {} ({} images, {} classes, {cache})",
+            self.root.display(),
+            self.samples.len(),
+            self.classes.len()
+        )
+    }
+}
