@@ -75,6 +75,9 @@ struct ChainRates {
     chain: Vec<f64>,
     decode: Vec<f64>,
     whole: Vec<f64>,
+    /// Pillow's (and torchvision's, when installed) decode and whole chain on the same bytes,
+    /// one repetition each between ours, and what ran.
+    theirs: Option<(Vec<f64>, Vec<f64>, String)>,
 }
 
 fn chain_rates(
@@ -98,6 +101,12 @@ fn chain_rates(
         chain: Vec::new(),
         decode: Vec::new(),
         whole: Vec::new(),
+        theirs: None,
+    };
+    let python = if decodes {
+        PythonChain::prepare(dataset, pipeline)
+    } else {
+        None
     };
     // Each repetition transforms 32,768 images or runs 0.5 s (≈ 0.1 s for the seed's chain),
     // so a scheduler hiccup on a shared machine moves one repetition by a few percent. The
@@ -121,16 +130,140 @@ fn chain_rates(
                 }
             });
         }
+        let theirs = python.as_ref().and_then(PythonChain::run);
         if r > 0 {
             rates.chain.push(chain);
             if decodes {
                 rates.decode.push(decode);
                 rates.whole.push(whole);
             }
+            if let Some((d, w, which)) = theirs {
+                let entry = rates
+                    .theirs
+                    .get_or_insert_with(|| (Vec::new(), Vec::new(), which));
+                entry.0.push(d);
+                entry.1.push(w);
+            }
         }
     }
     Ok(rates)
 }
+
+/// Pillow (+ torchvision when installed) on the same encoded images and the same chain, in a
+/// `python3` started once per repetition. Only chains of ops the script knows are compared.
+struct PythonChain {
+    dir: tempfile::TempDir,
+    spec: String,
+}
+
+impl PythonChain {
+    fn prepare(dataset: &Arc<dyn Dataset>, pipeline: &Pipeline) -> Option<PythonChain> {
+        let known = [
+            "random_resized_crop",
+            "random_horizontal_flip",
+            "to_tensor",
+            "normalize",
+        ];
+        if !pipeline
+            .specs()
+            .iter()
+            .all(|t| known.contains(&t.op_name()))
+        {
+            return None;
+        }
+        let probe = std::process::Command::new("python3")
+            .args(["-c", "import PIL, numpy"])
+            .output()
+            .ok()?;
+        if !probe.status.success() {
+            return None;
+        }
+        let dir = tempfile::tempdir().ok()?;
+        for i in 0..dataset.len().min(64) {
+            std::fs::write(dir.path().join(format!("{i:03}")), dataset.encoded(i)?).ok()?;
+        }
+        let spec = serde_json::to_string(pipeline.specs()).ok()?;
+        Some(PythonChain { dir, spec })
+    }
+
+    /// One repetition: (decode img/s, whole chain img/s, what ran).
+    fn run(&self) -> Option<(f64, f64, String)> {
+        let output = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(PILLOW_CHAIN)
+            .arg(self.dir.path())
+            .arg(&self.spec)
+            .output()
+            .ok()?;
+        if !output.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&output.stdout).ok()
+    }
+}
+
+/// Decoding with Pillow (`Image.open(...).convert("RGB")`) and the chain with torchvision's
+/// transforms when installed, else the same steps in Pillow + numpy (what torchvision calls):
+/// each timed for 0.5 s after one warm-up pass over the images, all held in memory as bytes.
+const PILLOW_CHAIN: &str = r#"
+import io, json, os, random, sys, time
+import numpy as np
+import PIL
+from PIL import Image
+folder, spec = sys.argv[1], json.loads(sys.argv[2])
+blobs = [open(os.path.join(folder, f), "rb").read() for f in sorted(os.listdir(folder))]
+def decode(b):
+    return Image.open(io.BytesIO(b)).convert("RGB")
+try:
+    import torch, torchvision
+    import torchvision.transforms as T
+    ops = []
+    for t in spec:
+        op = t["op"]
+        if op == "random_resized_crop":
+            s = t["size"]
+            ops.append(T.RandomResizedCrop(s if isinstance(s, int) else tuple(s), scale=tuple(t["scale"]), ratio=tuple(t["ratio"])))
+        elif op == "random_horizontal_flip": ops.append(T.RandomHorizontalFlip(t["p"]))
+        elif op == "to_tensor": ops.append(T.ToTensor())
+        elif op == "normalize": ops.append(T.Normalize(t["mean"], t["std"]))
+    chain = T.Compose(ops)
+    torch.set_num_threads(1)
+    which = f"torchvision {torchvision.__version__} + Pillow {PIL.__version__}"
+except ImportError:
+    def chain(img):
+        x = img
+        for t in spec:
+            op = t["op"]
+            if op == "random_resized_crop":
+                s = t["size"]; (oh, ow) = (s, s) if isinstance(s, int) else s
+                w, h = x.size; area = w * h
+                for _ in range(10):
+                    ta = area * random.uniform(*t["scale"])
+                    ar = np.exp(random.uniform(np.log(t["ratio"][0]), np.log(t["ratio"][1])))
+                    cw, ch = int(round(np.sqrt(ta * ar))), int(round(np.sqrt(ta / ar)))
+                    if 0 < cw <= w and 0 < ch <= h:
+                        i, j = random.randint(0, h - ch), random.randint(0, w - cw); break
+                else:
+                    cw, ch, i, j = w, h, 0, 0
+                x = x.crop((j, i, j + cw, i + ch)).resize((ow, oh), Image.BILINEAR)
+            elif op == "random_horizontal_flip":
+                if random.random() < t["p"]: x = x.transpose(Image.FLIP_LEFT_RIGHT)
+            elif op == "to_tensor":
+                x = np.asarray(x, dtype=np.uint8).transpose(2, 0, 1).astype(np.float32) / 255.0
+            elif op == "normalize":
+                x = (x - np.array(t["mean"], np.float32)[:, None, None]) / np.array(t["std"], np.float32)[:, None, None]
+        return x
+    which = f"Pillow {PIL.__version__} + numpy {np.__version__} (torchvision not installed)"
+def rate(f):
+    for b in blobs: f(b)
+    t0, k = time.perf_counter(), 0
+    while time.perf_counter() - t0 < 0.5:
+        f(blobs[k % len(blobs)]); k += 1
+    return k / (time.perf_counter() - t0)
+d = rate(decode)
+w = rate(lambda b: chain(decode(b)))
+print(json.dumps([d, w, which]))
+"#;
 
 /// Rates per repetition, each list indexed by worker or thread count.
 struct LoaderRates {
@@ -246,6 +379,7 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
         chain,
         decode,
         whole,
+        theirs,
     } = chain_rates(&dataset, &pipeline, repeats)?;
     let mut results = vec![Measurement::new(
         "transform chain, 1 thread",
@@ -253,6 +387,32 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
         chain,
     )];
     if !decode.is_empty() {
+        let ratio =
+            |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(a, b)| a / b).collect() };
+        let against = theirs.map(|(d, w, which)| {
+            [
+                Measurement::new(
+                    format!("decoding alone, {which}, 1 thread"),
+                    "img/s",
+                    d.clone(),
+                ),
+                Measurement::new(
+                    format!("decode + transform chain, {which}, 1 thread"),
+                    "img/s",
+                    w.clone(),
+                ),
+                Measurement::new(
+                    "decoding, loaderlab / Pillow (per repetition)",
+                    "×",
+                    ratio(&decode, &d),
+                ),
+                Measurement::new(
+                    "whole chain, loaderlab / Python (per repetition)",
+                    "×",
+                    ratio(&whole, &w),
+                ),
+            ]
+        });
         results.push(Measurement::new(
             "decoding alone, 1 thread",
             "img/s",
@@ -263,6 +423,7 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
             "img/s",
             whole,
         ));
+        results.extend(against.into_iter().flatten());
     }
     let LoaderRates {
         rates,

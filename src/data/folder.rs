@@ -279,6 +279,12 @@ impl Dataset for ImageFolder {
     fn decodes(&self) -> bool {
         self.decoded.is_none()
     }
+    fn encoded(&self, index: usize) -> Option<Vec<u8>> {
+        match &self.encoded {
+            Some(all) => Some(all[index].clone()),
+            None => std::fs::read(&self.samples[index].0).ok(),
+        }
+    }
     fn skipped(&self) -> u64 {
         self.skipped.load(Ordering::Relaxed)
     }

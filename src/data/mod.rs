@@ -50,6 +50,11 @@ pub trait Dataset: Send + Sync {
     fn decodes(&self) -> bool {
         false
     }
+    /// The encoded file of image `index` (JPEG, PNG, …) when the dataset decodes, for
+    /// measuring another decoder on the same bytes.
+    fn encoded(&self, _index: usize) -> Option<Vec<u8>> {
+        None
+    }
     /// Unreadable images served as another image so far (`on_error = "skip"`).
     fn skipped(&self) -> u64 {
         0

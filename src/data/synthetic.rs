@@ -262,6 +262,9 @@ impl Dataset for EncodedSynthetic {
     fn decodes(&self) -> bool {
         true
     }
+    fn encoded(&self, index: usize) -> Option<Vec<u8>> {
+        Some(self.encoded[index].clone())
+    }
     fn prefetch(&self, index: usize) {
         // The header and first scans; the decoder streams the rest.
         let bytes = &self.encoded[index];

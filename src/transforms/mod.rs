@@ -211,6 +211,7 @@ impl PixelOp {
 /// A compiled pipeline.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
+    specs: Vec<TransformSpec>,
     ops: Vec<PixelOp>,
     /// Per-channel (mean, std) applied after to_tensor, if any.
     normalize: Option<Vec<(f32, f32)>>,
@@ -251,12 +252,18 @@ impl Pipeline {
             _ => None,
         });
         Pipeline {
+            specs: specs.to_vec(),
             ops: specs.iter().filter_map(PixelOp::compile).collect(),
             normalize,
             seed,
             input,
             output,
         }
+    }
+
+    /// The specs it was compiled from.
+    pub fn specs(&self) -> &[TransformSpec] {
+        &self.specs
     }
 
     /// Shape of the images the pipeline takes.
