@@ -220,13 +220,15 @@ pub struct Pipeline {
     output: ImageShape,
 }
 
-/// Per-thread buffers.
+/// Per-thread buffers, and the parameters the last sample drew (kept here so that recording
+/// them allocates nothing per sample).
 #[derive(Debug, Default)]
 pub struct Scratch {
     a: Vec<u8>,
     b: Vec<u8>,
     grey: Vec<u8>,
     resize: ResizeScratch,
+    params: SampleParams,
 }
 
 /// `torch.rand(1) < p`.
@@ -298,43 +300,58 @@ impl Pipeline {
         index: u64,
         scratch: &'s mut Scratch,
     ) -> (&'s [u8], SampleParams) {
-        let mut rng = sample_rng(self.seed, epoch, index);
-        let mut params = SampleParams::default();
-        let mut shape = input;
-        scratch.a.clear();
-        scratch.a.extend_from_slice(&src[..shape.len()]);
-        for op in &self.ops {
-            shape = apply_op(op, shape, &mut rng, scratch, &mut params);
-        }
-        (&scratch.a[..shape.len()], params)
+        let shape = self.run_ops(src, input, epoch, index, scratch);
+        (&scratch.a[..shape.len()], scratch.params.clone())
     }
 
-    /// The full pipeline for one sample: pixel ops, then to_tensor (CHW float32 / 255) and
-    /// normalize, written into `out` ([`Pipeline::output_shape`]`.len()` floats).
-    pub fn apply(
-        &self,
-        src: &[u8],
-        epoch: u64,
-        index: u64,
-        scratch: &mut Scratch,
-        out: &mut [f32],
-    ) -> SampleParams {
-        self.apply_shaped(src, self.input, epoch, index, scratch, out)
-    }
-
-    /// [`Pipeline::apply`] for an input of its own shape. The chain's output shape is fixed
-    /// (checked at validate time), so every sample fills `out` exactly.
-    pub fn apply_shaped(
+    /// The pixel ops on `src`, leaving the result in `scratch.a` and the parameters drawn in
+    /// `scratch.params`; returns the result's shape.
+    fn run_ops(
         &self,
         src: &[u8],
         input: ImageShape,
         epoch: u64,
         index: u64,
         scratch: &mut Scratch,
+    ) -> ImageShape {
+        let mut rng = sample_rng(self.seed, epoch, index);
+        scratch.params.ops.clear();
+        let mut shape = input;
+        scratch.a.clear();
+        scratch.a.extend_from_slice(&src[..shape.len()]);
+        for op in &self.ops {
+            shape = apply_op(op, shape, &mut rng, scratch);
+        }
+        shape
+    }
+
+    /// The full pipeline for one sample: pixel ops, then to_tensor (CHW float32 / 255) and
+    /// normalize, written into `out` ([`Pipeline::output_shape`]`.len()` floats).
+    pub fn apply<'s>(
+        &self,
+        src: &[u8],
+        epoch: u64,
+        index: u64,
+        scratch: &'s mut Scratch,
         out: &mut [f32],
-    ) -> SampleParams {
+    ) -> &'s SampleParams {
+        self.apply_shaped(src, self.input, epoch, index, scratch, out)
+    }
+
+    /// [`Pipeline::apply`] for an input of its own shape. The chain's output shape is fixed
+    /// (checked at validate time), so every sample fills `out` exactly.
+    pub fn apply_shaped<'s>(
+        &self,
+        src: &[u8],
+        input: ImageShape,
+        epoch: u64,
+        index: u64,
+        scratch: &'s mut Scratch,
+        out: &mut [f32],
+    ) -> &'s SampleParams {
         let plane = self.output.plane();
-        let (pixels, params) = self.augment_shaped(src, input, epoch, index, scratch);
+        let shape = self.run_ops(src, input, epoch, index, scratch);
+        let pixels = &scratch.a[..shape.len()];
         assert_eq!(
             pixels.len(),
             self.output.len(),
@@ -358,7 +375,7 @@ impl Pipeline {
                 }
             }
         }
-        params
+        &scratch.params
     }
 }
 
@@ -369,9 +386,14 @@ fn apply_op(
     shape: ImageShape,
     rng: &mut SplitMix64,
     scratch: &mut Scratch,
-    params: &mut SampleParams,
 ) -> ImageShape {
-    let Scratch { a, b, grey, resize } = scratch;
+    let Scratch {
+        a,
+        b,
+        grey,
+        resize,
+        params,
+    } = scratch;
     let (w, h, plane) = (shape.width, shape.height, shape.plane());
     let out = match op {
         PixelOp::RandomResizedCrop { size, scale, ratio } => {
@@ -601,12 +623,12 @@ mod tests {
         let mut s2 = Scratch::default();
         let mut a = vec![0f32; 784];
         let mut b = vec![0f32; 784];
-        let pa = p.apply(&src, 0, 5, &mut s1, &mut a);
+        let pa = p.apply(&src, 0, 5, &mut s1, &mut a).clone();
         let _ = p.apply(&src, 0, 6, &mut s2, &mut b);
-        let pb = p.apply(&src, 0, 5, &mut s2, &mut b);
+        let pb = p.apply(&src, 0, 5, &mut s2, &mut b).clone();
         assert_eq!(pa, pb);
         assert_eq!(a, b);
-        let pc = p.apply(&src, 1, 5, &mut s2, &mut b);
+        let pc = p.apply(&src, 1, 5, &mut s2, &mut b).clone();
         assert_ne!(pa, pc, "another epoch draws other parameters");
         assert!(a.iter().all(|v| (0.0..=1.0).contains(v)));
     }
