@@ -41,7 +41,7 @@ fn interleave(planar: &[u8], channels: usize) -> Vec<u8> {
 }
 
 /// Our decoder against Pillow on files Pillow wrote (tests/fixtures/make_jpeg_fixture.py):
-/// PNG identical; JPEG close (another IDCT and chroma upsampling than libjpeg-turbo's).
+/// PNG identical; JPEG close (zune-jpeg is not libjpeg-turbo, bit for bit).
 #[test]
 fn decoder_agrees_with_pillow() {
     let text = std::fs::read_to_string("tests/fixtures/jpeg_fixture.json").unwrap();
@@ -78,15 +78,19 @@ fn decoder_agrees_with_pillow() {
                 100.0 * identical as f64 / n,
                 100.0 * within1 as f64 / n
             ));
-            if name.ends_with(".png") {
-                assert_eq!(worst, 0, "{name} {mode:?}: PNG must decode identically");
-            } else {
-                assert!(
-                    within1 as f64 >= 0.95 * n && worst <= 4,
-                    "{name} {mode:?}: {}",
-                    report.last().unwrap()
-                );
-            }
+            // zune-jpeg's IDCT is libjpeg-turbo's within 1 (grey: 99 % identical); its chroma
+            // upsampling of 4:2:0 files is not libjpeg-turbo's "fancy" one, hence the wider
+            // bound for colour.
+            let (share, bound) = match (name.ends_with(".png"), mode) {
+                (true, _) => (1.0, 0),
+                (false, ColorMode::L) => (0.99, 1),
+                (false, ColorMode::Rgb) => (0.85, 4),
+            };
+            assert!(
+                within1 as f64 >= share * n && worst <= bound,
+                "{name} {mode:?}: {}",
+                report.last().unwrap()
+            );
         }
     }
     eprintln!(

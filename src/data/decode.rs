@@ -1,8 +1,9 @@
 //! Encoded images → planar 8-bit pixels, as PIL's `Image.open(f).convert(mode)` gives them:
 //! `rgb` keeps three channels (grey images repeated, an alpha channel dropped, palettes
 //! expanded), `l` takes ITU-R 601-2 luma of colour images with Pillow's fixed-point formula.
-//! Decoding is pure Rust (`image` 0.24: jpeg-decoder, png), so a fresh machine needs nothing
-//! installed; its agreement with Pillow (libjpeg-turbo) is measured in tests/images.rs.
+//! Decoding is pure Rust (zune-jpeg for JPEG, `image` 0.24's png and bmp), so a fresh machine
+//! needs nothing installed; its agreement with Pillow (libjpeg-turbo) is measured in
+//! tests/images.rs.
 
 use std::io::Cursor;
 
@@ -22,16 +23,73 @@ pub const UNSUPPORTED: [&str; 5] = ["ppm", "pgm", "tif", "tiff", "webp"];
 /// reason.
 pub fn decode(bytes: &[u8], mode: ColorMode, out: &mut Vec<u8>) -> Result<ImageShape, String> {
     let format = image::guess_format(bytes).map_err(|e| e.to_string())?;
-    if !matches!(
-        format,
-        ImageFormat::Jpeg | ImageFormat::Png | ImageFormat::Bmp
-    ) {
+    if format == ImageFormat::Jpeg {
+        return decode_jpeg(bytes, mode, out);
+    }
+    if !matches!(format, ImageFormat::Png | ImageFormat::Bmp) {
         return Err(format!("{format:?} images are not decoded by this build"));
     }
     let mut reader = image::io::Reader::with_format(Cursor::new(bytes), format);
     reader.no_limits();
     let img = reader.decode().map_err(|e| e.to_string())?;
     Ok(planar(&img, mode, out))
+}
+
+/// JPEG through zune-jpeg (SIMD IDCT and colour conversion) to RGB, then to `mode`: a grey
+/// JPEG comes out with R = G = B = Y, so both modes give what Pillow gives.
+fn decode_jpeg(bytes: &[u8], mode: ColorMode, out: &mut Vec<u8>) -> Result<ImageShape, String> {
+    let options = zune_jpeg::zune_core::options::DecoderOptions::default()
+        .jpeg_set_out_colorspace(zune_jpeg::zune_core::colorspace::ColorSpace::RGB)
+        .set_max_width(1 << 16)
+        .set_max_height(1 << 16)
+        .set_strict_mode(true);
+    if !ends_after_last_scan(bytes) {
+        return Err("truncated: no end-of-image marker after the last scan".into());
+    }
+    let mut decoder = zune_jpeg::JpegDecoder::new_with_options(bytes, options);
+    let rgb = decoder.decode().map_err(|e| format!("{e:?}"))?;
+    let info = decoder.info().ok_or("no JPEG header")?;
+    let (w, h) = (info.width as usize, info.height as usize);
+    let plane = w * h;
+    if rgb.len() != 3 * plane {
+        return Err(format!(
+            "decoded {} bytes for a {w}×{h} RGB image",
+            rgb.len()
+        ));
+    }
+    Ok(match mode {
+        ColorMode::L => {
+            out.clear();
+            out.extend(
+                rgb.chunks_exact(3)
+                    .map(|p| crate::shape::luma(p[0], p[1], p[2])),
+            );
+            ImageShape::new(1, h, w)
+        }
+        ColorMode::Rgb => {
+            out.resize(3 * plane, 0);
+            let (r, rest) = out.split_at_mut(plane);
+            let (g, b) = rest.split_at_mut(plane);
+            for (i, p) in rgb.chunks_exact(3).enumerate() {
+                r[i] = p[0];
+                g[i] = p[1];
+                b[i] = p[2];
+            }
+            ImageShape::new(3, h, w)
+        }
+    })
+}
+
+/// Whether an end-of-image marker (FF D9) follows the start of the last scan (FF DA). Inside
+/// entropy-coded data every FF byte is followed by 00, so neither marker can appear there: a
+/// file cut short in its scan data has no FF D9 after its last FF DA (markers of an embedded
+/// thumbnail all come before the main scan). zune-jpeg fills a cut-short scan with grey
+/// without an error, where Pillow refuses the file ("image file is truncated"), so the check
+/// is made here.
+fn ends_after_last_scan(bytes: &[u8]) -> bool {
+    let last_scan = bytes.windows(2).rposition(|w| w == [0xFF, 0xDA]);
+    let last_end = bytes.windows(2).rposition(|w| w == [0xFF, 0xD9]);
+    matches!((last_scan, last_end), (Some(s), Some(e)) if e > s)
 }
 
 /// `img` converted to `mode`, written planar into `out`.
