@@ -258,10 +258,13 @@ impl Dataset for ImageFolder {
         };
         ImageShape::new(channels, 0, 0)
     }
+    /// Images of a folder differ in size and may not decode: readers use
+    /// [`Dataset::read_image`]; this infallible form panics with the reason.
     fn image_into(&self, index: usize, buf: &mut [u8]) {
         let mut v = Vec::new();
-        if let Ok(shape) = self.read_image(index, &mut v) {
-            buf[..shape.len()].copy_from_slice(&v);
+        match self.read_image(index, &mut v) {
+            Ok(shape) => buf[..shape.len()].copy_from_slice(&v),
+            Err(e) => panic!("{e}"),
         }
     }
     fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {

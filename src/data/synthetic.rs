@@ -247,8 +247,10 @@ impl Dataset for EncodedSynthetic {
     }
     fn image_into(&self, index: usize, buf: &mut [u8]) {
         let mut v = Vec::new();
-        if self.read_image(index, &mut v).is_ok() {
-            buf[..v.len()].copy_from_slice(&v);
+        match self.read_image(index, &mut v) {
+            Ok(_) => buf[..v.len()].copy_from_slice(&v),
+            // Bytes this process encoded itself: a failure is a bug, not bad input.
+            Err(e) => panic!("{e}"),
         }
     }
     fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, super::DataError> {
