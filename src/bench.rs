@@ -14,8 +14,9 @@ use crate::analysis::median;
 use crate::config::{OptimizerSection, Settings};
 use crate::data::Dataset;
 use crate::loader::{Batch, BatchBuilder, Loader, LoaderConfig, LoaderError};
+use crate::net::{Layer, Network};
 use crate::runner::DataSetup;
-use crate::train::{ComputePool, InitialWeights, Layers, ModelInput, Trainer};
+use crate::train::{ComputePool, InitialWeights, Layers, Trainer};
 use crate::transforms::Pipeline;
 use crate::transforms::Scratch;
 
@@ -557,36 +558,69 @@ fn arithmetic_rate(threads: usize) -> f64 {
     (threads as u64 * ROUNDS) as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Median step time of the candle model at each thread count.
+/// What `bench step` times: a network, its optimizer and the batch.
+pub struct StepCase {
+    pub net: Network,
+    pub optimizer: OptimizerSection,
+    pub batch: usize,
+    pub steps: usize,
+    pub layers: Layers,
+}
+
+impl StepCase {
+    /// The formula batch of the fixtures: pixels 0.5 + 0.5·sin(0.13·i + 1), labels n mod classes.
+    fn batch(&self) -> candle_core::Result<(Tensor, Tensor)> {
+        let (input, batch) = (self.net.input, self.batch);
+        let shape = input.shape;
+        let pixels: Vec<f32> = (0..batch * shape.len())
+            .map(|i| (0.5 + 0.5 * (0.13 * i as f64 + 1.0).sin()) as f32)
+            .collect();
+        let labels: Vec<u32> = (0..batch as u32)
+            .map(|n| n % input.classes as u32)
+            .collect();
+        let dims = (batch, shape.channels, shape.height, shape.width);
+        Ok((
+            Tensor::from_vec(pixels, dims, &Device::Cpu)?,
+            Tensor::from_vec(labels, batch, &Device::Cpu)?,
+        ))
+    }
+
+    /// "SmallCNN + adam, batch 256".
+    pub fn describe(&self) -> String {
+        let kind = toml::Value::try_from(self.optimizer.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        format!("{} + {kind}, batch {}", self.net.describe(), self.batch)
+    }
+}
+
+/// Our step and PyTorch's (when `python3` has torch) at each thread count, repetitions
+/// interleaved (ours, then PyTorch's, then ours …) so drift hits both alike; the ratio is taken
+/// per repetition pair and reported as its median with min–max.
 pub fn step(
-    batch: usize,
-    steps: usize,
+    case: &StepCase,
     threads: &[usize],
     repeats: usize,
-    layers: Layers,
 ) -> anyhow::Result<Vec<Measurement>> {
     crate::train::keep_freed_memory();
-    let input = ModelInput::SEED;
-    let shape = input.shape;
-    let pixels: Vec<f32> = (0..batch * shape.len())
-        .map(|i| (0.5 + 0.5 * (0.13 * i as f64 + 1.0).sin()) as f32)
-        .collect();
-    let labels: Vec<u32> = (0..batch as u32)
-        .map(|n| n % input.classes as u32)
-        .collect();
-    let dims = (batch, shape.channels, shape.height, shape.width);
-    let x = Tensor::from_vec(pixels, dims, &Device::Cpu)?;
-    let y = Tensor::from_vec(labels, batch, &Device::Cpu)?;
+    let (x, y) = case.batch()?;
     let mut trainer = Trainer::with_layers(
-        InitialWeights::pytorch_default(42, input),
-        &OptimizerSection::default(),
+        InitialWeights::pytorch_default(42, case.net.clone()),
+        &case.optimizer,
         Device::Cpu,
-        layers,
+        case.layers,
     )?;
+    let which = match trainer.model().layers() {
+        Layers::FastCpu => "loaderlab step",
+        Layers::Candle => "loaderlab step (candle layers)",
+    };
+    let batch = case.batch;
     let mut results = Vec::new();
     for &t in threads {
         let pool = ComputePool::new(t)?;
-        let mut medians = Vec::new();
+        let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        let mut version = None;
         for _ in 0..repeats {
             trainer.reset()?;
             // The whole repetition runs on the pool: its threads are the step's threads.
@@ -594,94 +628,144 @@ pub fn step(
                 for _ in 0..3 {
                     trainer.step(&x, &y)?;
                 }
-                let mut times = Vec::with_capacity(steps);
-                for _ in 0..steps {
+                let mut times = Vec::with_capacity(case.steps);
+                for _ in 0..case.steps {
                     let t0 = Instant::now();
                     trainer.step(&x, &y)?.to_scalar::<f32>()?;
                     times.push(t0.elapsed().as_secs_f64() * 1e3);
                 }
                 Ok(times)
             })?;
-            medians.push(median(&times));
+            let m = median(&times);
+            ours.push(m);
+            if let Some((p, v)) = pytorch_step(case, t) {
+                ratios.push(m / p);
+                theirs.push(p);
+                version = Some(v);
+            }
         }
-        let which = match layers {
-            Layers::FastCpu => "loaderlab step",
-            Layers::Candle => "loaderlab step (candle layers)",
-        };
         results.push(Measurement::new(
             format!("{which}, batch {batch}, {t} thread(s)"),
             "ms",
-            medians,
+            ours,
         ));
+        if let Some(v) = version {
+            results.push(Measurement::new(
+                format!("PyTorch {v} step, batch {batch}, {t} thread(s)"),
+                "ms",
+                theirs,
+            ));
+            results.push(Measurement::new(
+                format!("ratio loaderlab / PyTorch, {t} thread(s), per interleaved pair"),
+                "×",
+                ratios,
+            ));
+        }
     }
     Ok(results)
 }
 
-/// PyTorch's step in the same conditions, when `python3` has torch; None otherwise.
-pub fn pytorch_step(
-    batch: usize,
-    steps: usize,
-    threads: &[usize],
-    repeats: usize,
-) -> Option<Vec<Measurement>> {
-    let threads_list: Vec<String> = threads.iter().map(|t| t.to_string()).collect();
+/// The network as the layer list [`PYTORCH_STEP`] builds a torch module from.
+fn layers_json(net: &Network) -> serde_json::Value {
+    use serde_json::json;
+    fn walk(layers: &[Layer], net: &Network) -> Vec<serde_json::Value> {
+        layers
+            .iter()
+            .map(|l| match l {
+                Layer::Conv {
+                    weight,
+                    bias,
+                    kernel,
+                    stride,
+                    padding,
+                } => {
+                    let s = &net.params[*weight].shape;
+                    json!(["conv", s[1], s[0], kernel, stride, padding, bias.is_some()])
+                }
+                Layer::BatchNorm { weight, .. } => json!(["bn", net.params[*weight].shape[0]]),
+                Layer::Relu => json!(["relu"]),
+                Layer::MaxPool2 => json!(["pool2"]),
+                Layer::MaxPool3 => json!(["pool3"]),
+                Layer::Residual { body, shortcut } => {
+                    json!(["res", walk(body, net), walk(shortcut, net)])
+                }
+                Layer::GlobalAvgPool => json!(["gap"]),
+                Layer::Flatten => json!(["flatten"]),
+                Layer::Linear { weight, .. } => {
+                    let s = &net.params[*weight].shape;
+                    json!(["linear", s[1], s[0]])
+                }
+            })
+            .collect()
+    }
+    serde_json::Value::Array(walk(&net.layers, net))
+}
+
+/// One repetition of PyTorch's step for `case` on `threads` threads: (median ms, torch version),
+/// or None when no `python3` with torch runs it.
+fn pytorch_step(case: &StepCase, threads: usize) -> Option<(f64, String)> {
+    let o = &case.optimizer;
+    let spec = serde_json::json!({
+        "layers": layers_json(&case.net),
+        "input": [case.net.input.shape.channels, case.net.input.shape.height, case.net.input.shape.width],
+        "classes": case.net.input.classes,
+        "batch": case.batch,
+        "steps": case.steps,
+        "threads": threads,
+        "optimizer": o,
+    });
     let output = std::process::Command::new("python3")
         .arg("-c")
         .arg(PYTORCH_STEP)
-        .arg(batch.to_string())
-        .arg(steps.to_string())
-        .arg(threads_list.join(","))
-        .arg(repeats.to_string())
+        .arg(spec.to_string())
         .output()
         .ok()?;
     if !output.status.success() {
         return None;
     }
-    let parsed: Vec<(usize, Vec<f64>, String)> = serde_json::from_slice(&output.stdout).ok()?;
-    Some(
-        parsed
-            .into_iter()
-            .map(|(t, medians, version)| {
-                Measurement::new(
-                    format!("PyTorch {version} step, batch {batch}, {t} thread(s)"),
-                    "ms",
-                    medians,
-                )
-            })
-            .collect(),
-    )
+    serde_json::from_slice(&output.stdout).ok()
 }
 
-/// The seed's SmallCNN + Adam step in PyTorch, timed like ours: 3 warm-up steps, then the
-/// median of `steps` steps (loss read each step), per repetition.
+/// The same network and optimizer in PyTorch, timed like ours: 3 warm-up steps, then the median
+/// of `steps` steps (loss read each step). Prints [median_ms, torch_version].
 const PYTORCH_STEP: &str = r#"
 import json, sys, time, math
 import torch, torch.nn as nn, torch.nn.functional as F
-batch, steps, threads, repeats = int(sys.argv[1]), int(sys.argv[2]), [int(t) for t in sys.argv[3].split(",")], int(sys.argv[4])
-class SmallCNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1); self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.fc1 = nn.Linear(32 * 7 * 7, 64); self.fc2 = nn.Linear(64, 10)
+spec = json.loads(sys.argv[1])
+class Res(nn.Module):
+    def __init__(self, body, shortcut):
+        super().__init__(); self.body = body; self.shortcut = shortcut
     def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2); x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc2(F.relu(self.fc1(torch.flatten(x, 1))))
-x = torch.tensor([0.5 + 0.5 * math.sin(0.13 * i + 1.0) for i in range(batch * 784)], dtype=torch.float32).reshape(batch, 1, 28, 28)
-y = torch.tensor([n % 10 for n in range(batch)])
-out = []
-for t in threads:
-    torch.set_num_threads(t)
-    medians = []
-    for _ in range(repeats):
-        torch.manual_seed(42); model = SmallCNN(); opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        def step():
-            opt.zero_grad(set_to_none=True); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); return loss.item()
-        for _ in range(3): step()
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter(); step(); times.append((time.perf_counter() - t0) * 1e3)
-        times.sort(); n = len(times)
-        medians.append((times[(n - 1) // 2] + times[n // 2]) / 2)
-    out.append((t, medians, torch.__version__))
-print(json.dumps(out))
+        return F.relu(self.body(x) + self.shortcut(x))
+def build(layers):
+    mods = []
+    for l in layers:
+        k = l[0]
+        if k == "conv": mods.append(nn.Conv2d(l[1], l[2], l[3], stride=l[4], padding=l[5], bias=l[6]))
+        elif k == "bn": mods.append(nn.BatchNorm2d(l[1]))
+        elif k == "relu": mods.append(nn.ReLU())
+        elif k == "pool2": mods.append(nn.MaxPool2d(2))
+        elif k == "pool3": mods.append(nn.MaxPool2d(3, 2, 1))
+        elif k == "res": mods.append(Res(build(l[1]), build(l[2])))
+        elif k == "gap": mods.append(nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten()))
+        elif k == "flatten": mods.append(nn.Flatten())
+        elif k == "linear": mods.append(nn.Linear(l[1], l[2]))
+    return nn.Sequential(*mods)
+torch.set_num_threads(spec["threads"])
+c, h, w = spec["input"]; batch = spec["batch"]
+x = torch.tensor([0.5 + 0.5 * math.sin(0.13 * i + 1.0) for i in range(batch * c * h * w)], dtype=torch.float32).reshape(batch, c, h, w)
+y = torch.tensor([n % spec["classes"] for n in range(batch)])
+torch.manual_seed(42); model = build(spec["layers"]).train()
+o = spec["optimizer"]
+if o["kind"] == "adam": opt = torch.optim.Adam(model.parameters(), lr=o["lr"], betas=o["betas"], eps=o["eps"], weight_decay=o["weight_decay"])
+elif o["kind"] == "adamw": opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=o["betas"], eps=o["eps"], weight_decay=o["weight_decay"])
+else: opt = torch.optim.SGD(model.parameters(), lr=o["lr"], momentum=o["momentum"], nesterov=o["nesterov"], weight_decay=o["weight_decay"])
+def step():
+    opt.zero_grad(set_to_none=True); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); return loss.item()
+for _ in range(3): step()
+times = []
+for _ in range(spec["steps"]):
+    t0 = time.perf_counter(); step(); times.append((time.perf_counter() - t0) * 1e3)
+times.sort(); n = len(times)
+print(json.dumps([(times[(n - 1) // 2] + times[n // 2]) / 2, torch.__version__]))
 "#;

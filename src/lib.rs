@@ -19,6 +19,9 @@ pub mod format;
 // Channels × height × width of an image, and its planar layout.
 pub mod shape;
 
+// The networks as data: layers, parameters, shapes.
+pub mod net;
+
 // The experiment file: schema, layering, matrix expansion, checks.
 pub mod config;
 

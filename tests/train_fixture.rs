@@ -3,6 +3,7 @@
 
 use candle_core::{Device, Tensor};
 use loaderlab::config::OptimizerSection;
+use loaderlab::net::{Architecture, Network};
 use loaderlab::train::{InitialWeights, Layers, ModelInput, Trainer};
 use serde_json::Value;
 
@@ -12,20 +13,20 @@ fn fixture() -> Value {
 }
 
 fn formula_weights(amps: &[f64]) -> InitialWeights {
-    let input = ModelInput::SEED;
+    let net = Network::seed();
     InitialWeights {
-        input,
-        values: input
-            .params()
+        values: net
+            .params
             .iter()
             .enumerate()
-            .map(|(k, (_, shape))| {
-                let n: usize = shape.iter().product();
+            .map(|(k, p)| {
+                let n = p.len();
                 (0..n)
                     .map(|i| (amps[k] * (0.7 * i as f64 + k as f64).sin()) as f32)
                     .collect()
             })
             .collect(),
+        net,
     }
 }
 
@@ -129,7 +130,8 @@ fn gradients_match_pytorch(layers: Layers) {
     let logits = trainer.model().forward(&x).unwrap();
     let loss = candle_nn::loss::cross_entropy(&logits, &y).unwrap();
     let grads = loss.backward().unwrap();
-    for (var, (name, _)) in trainer.model().vars().iter().zip(ModelInput::SEED.params()) {
+    for (var, p) in trainer.model().vars().iter().zip(&Network::seed().params) {
+        let name = &p.name;
         let g: Vec<f32> = grads
             .get(var)
             .unwrap()
@@ -157,12 +159,13 @@ fn gradients_match_pytorch(layers: Layers) {
 
 /// Weights and a batch for any input, from closed formulas.
 fn formula_case(input: ModelInput, batch: usize) -> (InitialWeights, Tensor, Tensor) {
-    let values = input
-        .params()
+    let net = Network::new(&Architecture::SEED, input).unwrap();
+    let values = net
+        .params
         .iter()
         .enumerate()
-        .map(|(k, (_, shape))| {
-            let n: usize = shape.iter().product();
+        .map(|(k, p)| {
+            let n = p.len();
             let amp = 0.3 / (n as f64).sqrt().max(1.0) * 4.0;
             (0..n)
                 .map(|i| (amp * (0.7 * i as f64 + k as f64).sin()) as f32)
@@ -178,7 +181,7 @@ fn formula_case(input: ModelInput, batch: usize) -> (InitialWeights, Tensor, Ten
         .collect();
     let dims = (batch, shape.channels, shape.height, shape.width);
     (
-        InitialWeights { input, values },
+        InitialWeights { net, values },
         Tensor::from_vec(pixels, dims, &Device::Cpu).unwrap(),
         Tensor::from_vec(labels, batch, &Device::Cpu).unwrap(),
     )
@@ -242,8 +245,9 @@ fn odd_sides_train_with_floor_pooling() {
         classes: 10,
     };
     // fc1 sees 32 × ⌊⌊30/2⌋/2⌋ × ⌊⌊27/2⌋/2⌋ = 32 × 7 × 6.
-    assert_eq!(input.params()[4].1, vec![64, 32 * 7 * 6]);
-    assert_eq!(Layers::best_for(&Device::Cpu, input), Layers::Candle);
+    let net = Network::new(&Architecture::SEED, input).unwrap();
+    assert_eq!(net.params[4].shape, vec![64, 32 * 7 * 6]);
+    assert_eq!(Layers::best_for(&Device::Cpu, &net), Layers::Candle);
     let (init, x, y) = formula_case(input, 4);
     let mut trainer = Trainer::new(init, &OptimizerSection::default(), Device::Cpu).unwrap();
     let first = trainer.step(&x, &y).unwrap().to_scalar::<f32>().unwrap();

@@ -4,10 +4,12 @@ use std::path::Path;
 
 use clap::Args;
 
-use super::experiment::load;
+use super::experiment::{load, load_defaults};
 use super::{Failure, Global, exit::failed};
-use crate::bench::{self, Measurement};
-use crate::config::Overrides;
+use crate::bench::{self, Measurement, StepCase};
+use crate::config::{Overrides, chain_output, dataset_shape};
+use crate::net::{ModelInput, Network};
+use crate::shape::ImageShape;
 use crate::train::{self, Layers};
 
 #[derive(Args)]
@@ -29,6 +31,17 @@ pub(super) struct BenchArgs {
     /// For `bench step`: time candle's own layers instead of the fast CPU path.
     #[arg(long)]
     candle_layers: bool,
+    /// For `bench step`: the model kind (small_cnn, cnn, resnet, mlp); its other keys and the
+    /// optimizer come from `--set model.KEY=VALUE` / `--set optimizer.KEY=VALUE`.
+    #[arg(long)]
+    model: Option<String>,
+    /// For `bench step`: the input as CxHxW (default: what the settings' transforms hand the
+    /// model, 1x28x28 for the seed's).
+    #[arg(long, value_name = "CxHxW")]
+    input: Option<String>,
+    /// For `bench step`: classes of the last layer.
+    #[arg(long, default_value_t = 10)]
+    classes: usize,
 }
 
 pub(super) fn bench(a: &BenchArgs, overrides: &Overrides, g: &Global) -> Result<(), Failure> {
@@ -38,7 +51,7 @@ pub(super) fn bench(a: &BenchArgs, overrides: &Overrides, g: &Global) -> Result<
         );
     }
     let measurements = if a.target == "step" {
-        step(a)?
+        step(a, overrides)?
     } else {
         let file = Path::new(&a.target);
         let exp = load(file, overrides)?;
@@ -56,7 +69,19 @@ pub(super) fn bench(a: &BenchArgs, overrides: &Overrides, g: &Global) -> Result<
     Ok(())
 }
 
-fn step(a: &BenchArgs) -> Result<Vec<Measurement>, Failure> {
+/// "3x32x32" → channels, height, width.
+fn parse_input(text: &str) -> Option<ImageShape> {
+    let parts: Vec<usize> = text
+        .split(['x', '×'])
+        .map(|p| p.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    match parts[..] {
+        [c, h, w] if c > 0 && h > 0 && w > 0 => Some(ImageShape::new(c, h, w)),
+        _ => None,
+    }
+}
+
+fn step(a: &BenchArgs, overrides: &Overrides) -> Result<Vec<Measurement>, Failure> {
     let cores = train::cores();
     let (repeat, steps, batch) = (a.repeat.unwrap_or(5).max(1), a.steps.max(1), a.batch);
     let threads: Vec<usize> = if cores >= 2 { vec![1, 2] } else { vec![1] };
@@ -65,22 +90,42 @@ fn step(a: &BenchArgs) -> Result<Vec<Measurement>, Failure> {
     } else {
         Layers::FastCpu
     };
+    // The default settings with the command line's overrides, checked as an experiment file.
+    let mut overrides = overrides.clone();
+    if let Some(kind) = &a.model {
+        overrides.set.insert(0, format!("model.kind={kind}"));
+    }
+    let exp = load_defaults("<bench step>", &overrides)?;
+    let settings = &exp.conditions[0].settings;
+    let shape = match &a.input {
+        Some(text) => parse_input(text).ok_or_else(|| {
+            failed(format!(
+                "--input {text:?}: expected CxHxW with positive sides, e.g. 3x32x32"
+            ))
+        })?,
+        None => chain_output(&settings.transforms, dataset_shape(settings)),
+    };
+    let input = ModelInput {
+        shape,
+        classes: a.classes.max(1),
+    };
+    let net = Network::new(&settings.model.architecture(), input)
+        .map_err(|e| failed(format!("model.{}: {}", e.key, e.message)))?;
+    let case = StepCase {
+        net,
+        optimizer: settings.optimizer.clone(),
+        batch,
+        steps,
+        layers,
+    };
     println!(
-        "training step, SmallCNN + Adam, batch {batch}, {steps} timed steps × {repeat} repetitions ({cores} cores)"
+        "training step, {}, {steps} timed steps × {repeat} repetitions, PyTorch's interleaved \
+         when python3 has torch ({cores} cores)",
+        case.describe()
     );
-    let mut ours = bench::step(batch, steps, &threads, repeat, layers).map_err(failed)?;
-    match bench::pytorch_step(batch, steps, &threads, repeat) {
-        Some(theirs) => {
-            for (o, t) in ours.clone().iter().zip(&theirs) {
-                println!(
-                    "ratio loaderlab / PyTorch at {}: {:.2}×",
-                    o.name,
-                    o.median / t.median
-                );
-            }
-            ours.extend(theirs);
-        }
-        None => println!("(no python3 with torch found: PyTorch not measured)"),
+    let ours = bench::step(&case, &threads, repeat).map_err(failed)?;
+    if !ours.iter().any(|m| m.name.starts_with("PyTorch")) {
+        println!("(no python3 with torch found: PyTorch not measured)");
     }
     Ok(ours)
 }

@@ -13,6 +13,15 @@ pub(super) fn load(file: &Path, overrides: &Overrides) -> Result<Experiment, Fai
     })
 }
 
+/// The default settings with `overrides`, checked as an experiment file named `name` would be.
+pub(super) fn load_defaults(name: &str, overrides: &Overrides) -> Result<Experiment, Failure> {
+    let file = Path::new(name);
+    config::load_str(file, "", overrides).map_err(|e| {
+        print_problems(file, &e);
+        Failure::Reported(Status::Invalid)
+    })
+}
+
 fn print_problems(file: &Path, e: &ConfigError) {
     match e {
         ConfigError::Invalid { problems } => {

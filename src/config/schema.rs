@@ -8,6 +8,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::net::Architecture;
+pub use crate::net::Stem;
+
 /// The resolved settings of one condition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -509,18 +512,96 @@ impl Default for LoaderSection {
 #[serde(rename_all = "snake_case")]
 pub enum ModelKind {
     SmallCnn,
+    Cnn,
+    Resnet,
+    Mlp,
 }
 
+/// The network. Each kind reads only its own keys ([`ModelSection::keys_of`]); a key of
+/// another kind set away from its default is an error at validate time.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelSection {
     pub kind: ModelKind,
+    /// small_cnn: multiplier on channels and hidden units (0 = 1); resnet: base channels
+    /// (0 = 64).
+    pub width: u64,
+    /// cnn: output channels of each Conv–ReLU–MaxPool block.
+    pub channels: Vec<u64>,
+    /// cnn: the convolutions' kernel, 3 or 5 (padding kernel / 2 keeps the size).
+    pub kernel: u64,
+    /// cnn and mlp: the hidden Linear–ReLU layers before the classifier.
+    pub hidden: Vec<u64>,
+    /// resnet: 18 or 34.
+    pub depth: u64,
+    /// resnet: "imagenet" (7×7 stride 2 + max-pool) or "cifar" (3×3 stride 1).
+    pub stem: Stem,
 }
 
 impl Default for ModelSection {
     fn default() -> Self {
         ModelSection {
             kind: ModelKind::SmallCnn,
+            width: 0,
+            channels: vec![32, 64],
+            kernel: 3,
+            hidden: vec![128],
+            depth: 18,
+            stem: Stem::Imagenet,
+        }
+    }
+}
+
+impl ModelSection {
+    /// The keys `kind` reads.
+    pub fn keys_of(kind: ModelKind) -> &'static [&'static str] {
+        match kind {
+            ModelKind::SmallCnn => &["width"],
+            ModelKind::Cnn => &["channels", "kernel", "hidden"],
+            ModelKind::Resnet => &["depth", "width", "stem"],
+            ModelKind::Mlp => &["hidden"],
+        }
+    }
+
+    /// Keys set away from their defaults that `kind` does not read.
+    pub fn foreign_keys(&self) -> Vec<&'static str> {
+        let d = ModelSection::default();
+        let set = [
+            ("width", self.width != d.width),
+            ("channels", self.channels != d.channels),
+            ("kernel", self.kernel != d.kernel),
+            ("hidden", self.hidden != d.hidden),
+            ("depth", self.depth != d.depth),
+            ("stem", self.stem != d.stem),
+        ];
+        let own = Self::keys_of(self.kind);
+        set.iter()
+            .filter(|(k, changed)| *changed && !own.contains(k))
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// The network these settings describe.
+    pub fn architecture(&self) -> Architecture {
+        let list = |v: &[u64]| v.iter().map(|&c| c as usize).collect::<Vec<_>>();
+        let or = |v: u64, default: usize| if v == 0 { default } else { v as usize };
+        match self.kind {
+            ModelKind::SmallCnn => Architecture::SmallCnn {
+                width: or(self.width, 1),
+            },
+            ModelKind::Cnn => Architecture::Cnn {
+                channels: list(&self.channels),
+                kernel: self.kernel as usize,
+                hidden: list(&self.hidden),
+            },
+            ModelKind::Resnet => Architecture::Resnet {
+                depth: self.depth as usize,
+                width: or(self.width, 64),
+                stem: self.stem,
+            },
+            ModelKind::Mlp => Architecture::Mlp {
+                hidden: list(&self.hidden),
+            },
         }
     }
 }
@@ -528,7 +609,12 @@ impl Default for ModelSection {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OptimizerKind {
+    /// PyTorch's Adam (weight_decay adds weight_decay · w to the gradient).
     Adam,
+    /// PyTorch's AdamW (weight decay decoupled: w ← w · (1 − lr · weight_decay)).
+    Adamw,
+    /// PyTorch's SGD (momentum, nesterov, weight_decay; no dampening).
+    Sgd,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -536,8 +622,16 @@ pub enum OptimizerKind {
 pub struct OptimizerSection {
     pub kind: OptimizerKind,
     pub lr: f64,
+    /// adam, adamw.
     pub betas: [f64; 2],
+    /// adam, adamw.
     pub eps: f64,
+    /// All kinds. PyTorch's AdamW defaults to 0.01; here every kind defaults to 0, so set it.
+    pub weight_decay: f64,
+    /// sgd.
+    pub momentum: f64,
+    /// sgd: Nesterov momentum (needs momentum > 0).
+    pub nesterov: bool,
 }
 
 impl Default for OptimizerSection {
@@ -547,6 +641,9 @@ impl Default for OptimizerSection {
             lr: 1e-3,
             betas: [0.9, 0.999],
             eps: 1e-8,
+            weight_decay: 0.0,
+            momentum: 0.0,
+            nesterov: false,
         }
     }
 }
@@ -682,8 +779,9 @@ choice!(CacheMode: None, Encoded, Decoded);
 choice!(OnError: Fail, Skip);
 choice!(Encoding: Raw, Jpeg, Png);
 choice!(Split: Train, Test);
-choice!(ModelKind: SmallCnn);
-choice!(OptimizerKind: Adam);
+choice!(ModelKind: SmallCnn, Cnn, Resnet, Mlp);
+choice!(Stem: Imagenet, Cifar);
+choice!(OptimizerKind: Adam, Adamw, Sgd);
 choice!(DeviceKind: Auto, Cpu, Cuda);
 choice!(RunOrder: Alternate, Fixed, Shuffled);
 choice!(ImageFormat: Svg, Png);
@@ -699,6 +797,7 @@ pub fn choices(path: &str) -> Option<Vec<String>> {
         "dataset.on_error" => OnError::words(),
         "dataset.encoding" => Encoding::words(),
         "model.kind" => ModelKind::words(),
+        "model.stem" => Stem::words(),
         "optimizer.kind" => OptimizerKind::words(),
         "device.kind" => DeviceKind::words(),
         "protocol.order" => RunOrder::words(),
@@ -725,6 +824,7 @@ mod tests {
             ("dataset", "kind"),
             ("dataset", "split"),
             ("model", "kind"),
+            ("model", "stem"),
             ("optimizer", "kind"),
             ("device", "kind"),
             ("protocol", "order"),

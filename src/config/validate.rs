@@ -2,11 +2,12 @@
 //! Each check returns the offending key path and a message; the loader ties it to its source.
 
 use super::problem::KeyPath;
-use super::schema::{ColorMode, DatasetKind, ModelKind, Settings, Size, Split, TransformSpec};
+use super::schema::{
+    ColorMode, DatasetKind, ModelSection, OptimizerKind, OptimizerSection, Settings, Size, Split,
+    TransformSpec,
+};
+use crate::net::{self, ModelInput};
 use crate::shape::ImageShape;
-
-/// Smallest side small_cnn takes: its two 2×2 poolings must leave at least one pixel.
-pub const SMALL_CNN_MIN_SIDE: usize = 4;
 
 /// The shape of the dataset's images, known from the settings alone.
 pub fn dataset_shape(s: &Settings) -> ImageShape {
@@ -238,29 +239,41 @@ fn check_transforms(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     }
 }
 
-/// The model takes what the transforms hand it: the key that set the image size is named.
+/// The model takes what the transforms hand it; a key of another model kind is refused.
 fn check_model(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
-    let input = dataset_shape(s);
-    let shape = chain_output(&s.transforms, input);
-    let min = SMALL_CNN_MIN_SIDE;
-    if s.model.kind == ModelKind::SmallCnn
-        && (shape.height < min || shape.width < min)
-        && !shape.is_empty()
-    {
-        // The last op that set the size, else the dataset's size.
-        let from = s
+    let m = &s.model;
+    let kind = toml::Value::try_from(m.kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    for key in m.foreign_keys() {
+        let own = ModelSection::keys_of(m.kind);
+        out.push((
+            KeyPath::keys(["model", key]),
+            format!(
+                "model.{key} is not read by kind = \"{kind}\" (its keys: {})",
+                own.join(", ")
+            ),
+        ));
+    }
+    let shape = chain_output(&s.transforms, dataset_shape(s));
+    if shape.is_empty() {
+        // An image folder without a fixed size: check_transforms says so.
+        return;
+    }
+    // The class count does not change a shape's validity: any positive number will do.
+    let input = ModelInput { shape, classes: 10 };
+    if let Err(e) = net::check(&m.architecture(), input) {
+        // Name the key that set the image size too, when the size is what does not fit.
+        let size_from = s
             .transforms
             .iter()
             .rposition(sets_size)
-            .map(|i| KeyPath::keys(["transforms"]).index(i).key("size"))
-            .unwrap_or_else(|| KeyPath::keys(["dataset", "size"]));
+            .map(|i| format!("transforms[{i}].size"))
+            .unwrap_or_else(|| "the dataset".to_string());
         out.push((
-            from,
-            format!(
-                "model small_cnn needs images of at least {min}×{min} (two 2×2 poolings), \
-                 the transforms hand it {}×{}",
-                shape.height, shape.width
-            ),
+            KeyPath::keys(["model", e.key]),
+            format!("model {kind}: {} (size set by {size_from})", e.message),
         ));
     }
 }
@@ -490,6 +503,48 @@ fn check_optimizer(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             key("optimizer", "eps"),
             format!("expected a value > 0, found {}", o.eps),
         );
+    }
+    if !(o.weight_decay >= 0.0 && o.weight_decay.is_finite()) {
+        bad(
+            key("optimizer", "weight_decay"),
+            format!("expected a value ≥ 0, found {}", o.weight_decay),
+        );
+    }
+    let d = OptimizerSection::default();
+    let sgd = o.kind == OptimizerKind::Sgd;
+    if sgd {
+        for (name, changed) in [("betas", o.betas != d.betas), ("eps", o.eps != d.eps)] {
+            if changed {
+                bad(
+                    key("optimizer", name),
+                    "is read by adam and adamw only, not by kind = \"sgd\"".into(),
+                );
+            }
+        }
+        if !(0.0..1.0).contains(&o.momentum) {
+            bad(
+                key("optimizer", "momentum"),
+                format!("expected a value in [0, 1), found {}", o.momentum),
+            );
+        }
+        if o.nesterov && o.momentum == 0.0 {
+            bad(
+                key("optimizer", "nesterov"),
+                "Nesterov momentum needs momentum > 0 (as PyTorch's SGD)".into(),
+            );
+        }
+    } else {
+        for (name, changed) in [
+            ("momentum", o.momentum != d.momentum),
+            ("nesterov", o.nesterov != d.nesterov),
+        ] {
+            if changed {
+                bad(
+                    key("optimizer", name),
+                    "is read by sgd only (adam and adamw take betas and eps)".into(),
+                );
+            }
+        }
     }
 }
 

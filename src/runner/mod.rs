@@ -277,8 +277,8 @@ fn prepare(exp: &Experiment, quiet: bool) -> Result<Prepared, RunError> {
 }
 
 /// One trainer per condition, made on first use; `reset` before each run restores the common
-/// initial state. Initial weights come from the experiment seed and the model's input alone,
-/// so conditions whose models have the same shape start from the same weights.
+/// initial state. Initial weights come from the experiment seed and the network alone,
+/// so conditions with the same model and input start from the same weights.
 struct Trainers {
     seed: u64,
     by_condition: HashMap<usize, Trainer>,
@@ -297,7 +297,7 @@ impl Trainers {
         Ok(match self.by_condition.entry(condition) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => e.insert(Trainer::new(
-                InitialWeights::pytorch_default(self.seed, setup.data.model_input()),
+                InitialWeights::pytorch_default(self.seed, setup.network.clone()),
                 &setup.settings().optimizer,
                 setup.device.clone(),
             )?),

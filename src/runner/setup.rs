@@ -14,6 +14,7 @@ use candle_core::Device;
 use crate::config::{DatasetSection, DeviceKind, Settings};
 use crate::data::{self, DataError, Dataset};
 use crate::loader::{Loader, LoaderConfig, LoaderError};
+use crate::net::Network;
 use crate::results::{ComputeDevice, ConditionMeta};
 use crate::train::{self, ComputePool, DeviceError, ModelInput};
 use crate::transforms::Pipeline;
@@ -51,6 +52,16 @@ impl DataSetup {
         }
     }
 
+    /// The `[model]` network built for this data.
+    pub fn network(&self) -> Result<Network, SetupError> {
+        Network::new(&self.settings.model.architecture(), self.model_input()).map_err(|e| {
+            SetupError::Model {
+                key: e.key,
+                message: e.message,
+            }
+        })
+    }
+
     /// A loader over this condition's data with its loader settings.
     pub fn loader(&self) -> Result<Loader, LoaderError> {
         Loader::new(
@@ -71,6 +82,8 @@ pub struct Setup {
     /// Compute threads of the training step (the CPU's; on CUDA the host side's).
     pub threads: usize,
     pub pool: Arc<ComputePool>,
+    /// The model, built for this condition's data.
+    pub network: Network,
     /// What was set on the CUDA device's memory pool, for run.json.
     pub memory_pool: Option<String>,
 }
@@ -127,7 +140,7 @@ impl Setup {
             trace: None,
             profile_startup_ms: None,
             memory_pool: self.memory_pool.clone(),
-            model: Some(self.data.model_input().describe()),
+            model: Some(self.network.describe()),
         }
     }
 }
@@ -148,6 +161,8 @@ pub enum SetupError {
     Data(#[from] DataError),
     #[error(transparent)]
     Device(#[from] DeviceError),
+    #[error("model.{key}: {message}")]
+    Model { key: &'static str, message: String },
     #[error("cannot start {threads} compute threads: {source}")]
     Pool {
         threads: usize,
@@ -203,8 +218,10 @@ impl Setups {
                 ComputePool::new(threads).map_err(|source| SetupError::Pool { threads, source })?,
             )),
         };
+        let data = DataSetup::with_dataset(s, dataset);
         Ok(Setup {
-            data: DataSetup::with_dataset(s, dataset),
+            network: data.network()?,
+            data,
             device,
             compute_device: if on_cpu {
                 ComputeDevice::Cpu

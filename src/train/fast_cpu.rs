@@ -134,7 +134,7 @@ fn slice<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<&'a [f32]> {
     }
 }
 
-/// Geometry of one 3×3, stride 1, padding 1 convolution over NHWC input.
+/// Geometry of one ks×ks (3 or 5), stride 1, padding ks/2 convolution over NHWC input.
 #[derive(Debug, Clone, Copy)]
 struct Geometry {
     n: usize,
@@ -142,38 +142,43 @@ struct Geometry {
     w: usize,
     ci: usize,
     co: usize,
+    ks: usize,
 }
 
 impl Geometry {
     fn k(&self) -> usize {
-        9 * self.ci
+        self.ks * self.ks * self.ci
+    }
+
+    fn pad(&self) -> usize {
+        self.ks / 2
     }
     fn m(&self) -> usize {
         self.n * self.h * self.w
     }
 }
 
-/// Rows (n, y, x) of 3×3 neighbourhoods, columns (ky, kx, c), zero outside the image.
+/// Rows (n, y, x) of ks×ks neighbourhoods, columns (ky, kx, c), zero outside the image.
 ///
-/// Each image is first copied into a zero-bordered (h+2)×(w+2) buffer, so that every row of
-/// `cols` is three contiguous runs of 3·c values, without bounds checks.
+/// Each image is first copied into a zero-bordered (h+2p)×(w+2p) buffer, so that every row of
+/// `cols` is ks contiguous runs of ks·c values, without bounds checks.
 fn im2col(x: &[f32], g: Geometry, cols: &mut [f32]) {
-    let (h, w, c, k) = (g.h, g.w, g.ci, g.k());
-    let (ph, pw) = (h + 2, w + 2);
+    let (h, w, c, k, ks, p) = (g.h, g.w, g.ci, g.k(), g.ks, g.pad());
+    let (ph, pw) = (h + 2 * p, w + 2 * p);
     par_items(cols, h * w * k, |first, chunk| {
         let mut padded = vec![0.0f32; ph * pw * c];
         for (i, image_cols) in chunk.chunks_mut(h * w * k).enumerate() {
             let img = &x[(first + i) * h * w * c..][..h * w * c];
             for y in 0..h {
-                padded[((y + 1) * pw + 1) * c..][..w * c]
+                padded[((y + p) * pw + p) * c..][..w * c]
                     .copy_from_slice(&img[y * w * c..][..w * c]);
             }
             for y in 0..h {
                 for x0 in 0..w {
                     let row = &mut image_cols[(y * w + x0) * k..][..k];
-                    for ky in 0..3 {
-                        let src = &padded[((y + ky) * pw + x0) * c..][..3 * c];
-                        row[ky * 3 * c..][..3 * c].copy_from_slice(src);
+                    for ky in 0..ks {
+                        let src = &padded[((y + ky) * pw + x0) * c..][..ks * c];
+                        row[ky * ks * c..][..ks * c].copy_from_slice(src);
                     }
                 }
             }
@@ -183,7 +188,7 @@ fn im2col(x: &[f32], g: Geometry, cols: &mut [f32]) {
 
 /// The adjoint of [`im2col`]: scatter-add column gradients back to the NHWC input.
 fn col2im(cols: &[f32], g: Geometry, gx: &mut [f32]) {
-    let (h, w, c, k) = (g.h, g.w, g.ci, g.k());
+    let (h, w, c, k, ks, p) = (g.h, g.w, g.ci, g.k(), g.ks, g.pad());
     par_items(gx, h * w * c, |first, chunk| {
         chunk.fill(0.0);
         for (i, image) in chunk.chunks_mut(h * w * c).enumerate() {
@@ -191,12 +196,12 @@ fn col2im(cols: &[f32], g: Geometry, gx: &mut [f32]) {
             for y in 0..h {
                 for x0 in 0..w {
                     let row = &cols[((img * h + y) * w + x0) * k..][..k];
-                    for ky in 0..3 {
-                        for kx in 0..3 {
+                    for ky in 0..ks {
+                        for kx in 0..ks {
                             let (sy, sx) = (y + ky, x0 + kx);
-                            if sy >= 1 && sy <= h && sx >= 1 && sx <= w {
-                                let dst = &mut image[((sy - 1) * w + sx - 1) * c..][..c];
-                                for (d, s) in dst.iter_mut().zip(&row[(ky * 3 + kx) * c..][..c]) {
+                            if sy >= p && sy < h + p && sx >= p && sx < w + p {
+                                let dst = &mut image[((sy - p) * w + sx - p) * c..][..c];
+                                for (d, s) in dst.iter_mut().zip(&row[(ky * ks + kx) * c..][..c]) {
                                     *d += s;
                                 }
                             }
@@ -208,14 +213,14 @@ fn col2im(cols: &[f32], g: Geometry, gx: &mut [f32]) {
     });
 }
 
-/// OIHW weights as a (O, 9·I) matrix with columns in im2col's (ky, kx, c) order.
+/// OIHW weights as a (O, ks·ks·I) matrix with columns in im2col's (ky, kx, c) order.
 fn weight_matrix(w: &[f32], g: Geometry) -> Vec<f32> {
-    let (ci, k) = (g.ci, g.k());
+    let (ci, k, taps) = (g.ci, g.k(), g.ks * g.ks);
     let mut out = vec![0.0; g.co * k];
     for o in 0..g.co {
         for c in 0..ci {
-            for t in 0..9 {
-                out[o * k + t * ci + c] = w[(o * ci + c) * 9 + t];
+            for t in 0..taps {
+                out[o * k + t * ci + c] = w[(o * ci + c) * taps + t];
             }
         }
     }
@@ -224,12 +229,12 @@ fn weight_matrix(w: &[f32], g: Geometry) -> Vec<f32> {
 
 /// The inverse of [`weight_matrix`].
 fn weight_oihw(m: &[f32], g: Geometry) -> Vec<f32> {
-    let (ci, k) = (g.ci, g.k());
+    let (ci, k, taps) = (g.ci, g.k(), g.ks * g.ks);
     let mut out = vec![0.0; g.co * k];
     for o in 0..g.co {
         for c in 0..ci {
-            for t in 0..9 {
-                out[(o * ci + c) * 9 + t] = m[o * k + t * ci + c];
+            for t in 0..taps {
+                out[(o * ci + c) * taps + t] = m[o * k + t * ci + c];
             }
         }
     }
@@ -313,7 +318,8 @@ struct Saved {
     argmax: Vec<u8>,
 }
 
-/// One SmallCNN block, fused: Conv2d(3×3, stride 1, padding 1, bias) → ReLU → MaxPool2d(2),
+/// One plain-CNN block, fused: Conv2d(3×3 or 5×5, stride 1, same padding, bias) → ReLU →
+/// MaxPool2d(2),
 /// NHWC in and out, OIHW weights. Fusing keeps the full-resolution activation and its gradient
 /// out of candle's graph: only the pooled output and the window positions of the maxima are kept.
 #[derive(Default)]
@@ -324,8 +330,8 @@ pub struct ConvReluPool {
 fn geometry(x: &Shape, w: &Shape) -> Result<Geometry> {
     let (n, h, wd, ci) = x.dims4()?;
     let (co, wci, kh, kw) = w.dims4()?;
-    if wci != ci || kh != 3 || kw != 3 || h % 2 != 0 || wd % 2 != 0 {
-        bail!("conv-relu-pool: input {x:?} does not fit weights {w:?} (even sides needed)");
+    if wci != ci || kh != kw || !matches!(kh, 3 | 5) || h % 2 != 0 || wd % 2 != 0 {
+        bail!("conv-relu-pool: input {x:?} does not fit weights {w:?} (kernel 3 or 5, even sides)");
     }
     Ok(Geometry {
         n,
@@ -333,6 +339,7 @@ fn geometry(x: &Shape, w: &Shape) -> Result<Geometry> {
         w: wd,
         ci,
         co,
+        ks: kh,
     })
 }
 
@@ -399,7 +406,7 @@ fn forward(x: &[f32], w: &[f32], b: &[f32], g: Geometry) -> (Vec<f32>, Saved) {
 
 impl CustomOp3 for ConvReluPool {
     fn name(&self) -> &'static str {
-        "conv3x3-relu-maxpool2-nhwc"
+        "conv-relu-maxpool2-nhwc"
     }
 
     fn cpu_fwd(

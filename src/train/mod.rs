@@ -9,11 +9,16 @@ mod cuda;
 mod device;
 mod fast_cpu;
 mod model;
+mod optim;
 mod pool;
 
 pub use clock::{DeviceClock, StepMarks};
 pub use device::{Chosen, DeviceError, cores, select, synchronize};
-pub use model::{InitialWeights, Layers, ModelInput, SmallCnn};
+pub use model::{
+    InitialWeights, Layers, Model, ModelInput, RunningStats, fast_cpu_fits, max_pool_2x2,
+    max_pool_3x3_s2,
+};
+pub use optim::Optimizer;
 pub use pool::ComputePool;
 
 use std::sync::Arc;
@@ -21,24 +26,23 @@ use std::sync::Arc;
 use candle_core::{Device, Result, Tensor};
 
 use crate::loader::{Batch, HostMemory};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 
 use crate::config::OptimizerSection;
 
-/// Model + Adam, restartable from the same initial state.
+/// A model and its optimizer, restartable from the same initial state.
 pub struct Trainer {
     init: InitialWeights,
-    params: ParamsAdamW,
+    settings: OptimizerSection,
     device: Device,
     layers: Layers,
-    model: SmallCnn,
-    optimizer: AdamW,
+    model: Model,
+    optimizer: Optimizer,
 }
 
 impl Trainer {
-    /// The fast hand-written layers on the CPU where the shape allows, candle's own elsewhere.
+    /// The fast hand-written layers on the CPU where the network allows, candle's elsewhere.
     pub fn new(init: InitialWeights, opt: &OptimizerSection, device: Device) -> Result<Self> {
-        let layers = Layers::best_for(&device, init.input);
+        let layers = Layers::best_for(&device, &init.net);
         Self::with_layers(init, opt, device, layers)
     }
 
@@ -48,19 +52,11 @@ impl Trainer {
         device: Device,
         layers: Layers,
     ) -> Result<Self> {
-        // AdamW with weight decay 0 is Adam with bias correction (PyTorch's Adam).
-        let params = ParamsAdamW {
-            lr: opt.lr,
-            beta1: opt.betas[0],
-            beta2: opt.betas[1],
-            eps: opt.eps,
-            weight_decay: 0.0,
-        };
-        let model = SmallCnn::new(&init, &device, layers)?;
-        let optimizer = AdamW::new(model.vars().to_vec(), params.clone())?;
+        let model = Model::new(&init, &device, layers)?;
+        let optimizer = Optimizer::new(model.vars(), opt);
         Ok(Trainer {
             init,
-            params,
+            settings: opt.clone(),
             device,
             layers,
             model,
@@ -68,10 +64,11 @@ impl Trainer {
         })
     }
 
-    /// Back to the initial weights and a fresh optimizer state (zero moments, step 0).
+    /// Back to the initial weights, running statistics and a fresh optimizer state (zero
+    /// moments, step 0).
     pub fn reset(&mut self) -> Result<()> {
-        self.model = SmallCnn::new(&self.init, &self.device, self.layers)?;
-        self.optimizer = AdamW::new(self.model.vars().to_vec(), self.params.clone())?;
+        self.model = Model::new(&self.init, &self.device, self.layers)?;
+        self.optimizer = Optimizer::new(self.model.vars(), &self.settings);
         Ok(())
     }
 
@@ -79,11 +76,11 @@ impl Trainer {
         &self.device
     }
 
-    pub fn model(&self) -> &SmallCnn {
+    pub fn model(&self) -> &Model {
         &self.model
     }
 
-    /// Forward, cross-entropy loss, backward and one Adam step. Returns the loss tensor
+    /// Forward, cross-entropy loss, backward and one optimizer step. Returns the loss tensor
     /// (read it after timing: on CUDA reading it waits for the device).
     pub fn step(&mut self, images: &Tensor, labels: &Tensor) -> Result<Tensor> {
         let logits = self.model.forward(images)?;

@@ -1,113 +1,53 @@
-//! The seed's SmallCNN in candle-nn: Conv(C→16, 3, pad 1)–ReLU–MaxPool2–Conv(16→32, 3, pad 1)–
-//! ReLU–MaxPool2–Flatten–Linear(32·⌊H/4⌋·⌊W/4⌋→64)–ReLU–Linear(64→classes); for the seed's
-//! 1×28×28 FashionMNIST that is Linear(1568→64) and 10 classes. The input follows the data.
+//! A [`Network`] as trainable candle tensors.
 //!
 //! Parameters are `Var`s created from explicit tensors, so a run can start from exactly the
 //! same initial weights as every other run (PyTorch's default initialisation, drawn from the
-//! experiment seed).
+//! experiment seed). The forward pass walks the network's layers; the plain CNNs (the seed's
+//! SmallCNN among them) run their Conv–ReLU–MaxPool blocks through the fused CPU op of
+//! [`super::fast_cpu`] where the shape allows, everything else through candle's own ops.
+
+use std::sync::Mutex;
 
 use candle_core::{DType, Device, Result, Tensor, Var};
-use candle_nn::{Conv2d, Conv2dConfig, Linear, Module};
+use candle_nn::{Linear, Module};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::hash::splitmix;
-use crate::shape::ImageShape;
+pub use crate::net::ModelInput;
+use crate::net::{BN_EPS, BN_MOMENTUM, Init, Layer, Network};
 
-/// What a model is built for: the tensors the transforms hand it, and the number of classes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ModelInput {
-    pub shape: ImageShape,
-    pub classes: usize,
-}
-
-impl ModelInput {
-    /// The seed article's: 28×28 grey FashionMNIST, 10 classes.
-    pub const SEED: ModelInput = ModelInput {
-        shape: ImageShape::GREY_28,
-        classes: 10,
-    };
-
-    /// Side lengths after the two 2×2 poolings (floored, as PyTorch's MaxPool2d).
-    fn pooled(&self) -> (usize, usize) {
-        (self.shape.height / 4, self.shape.width / 4)
-    }
-
-    /// Inputs of fc1: conv2's 32 channels over the pooled map (1568 for the seed).
-    fn flat(&self) -> usize {
-        let (h, w) = self.pooled();
-        32 * h * w
-    }
-
-    /// Parameter names and shapes, in PyTorch's `named_parameters()` order.
-    pub fn params(&self) -> Vec<(&'static str, Vec<usize>)> {
-        let c = self.shape.channels;
-        vec![
-            ("conv1.weight", vec![16, c, 3, 3]),
-            ("conv1.bias", vec![16]),
-            ("conv2.weight", vec![32, 16, 3, 3]),
-            ("conv2.bias", vec![32]),
-            ("fc1.weight", vec![64, self.flat()]),
-            ("fc1.bias", vec![64]),
-            ("fc2.weight", vec![self.classes, 64]),
-            ("fc2.bias", vec![self.classes]),
-        ]
-    }
-
-    /// Fan-in of each layer (weights and bias share it).
-    fn fan_in(&self, name: &str) -> usize {
-        match name.split('.').next() {
-            Some("conv1") => self.shape.channels * 9,
-            Some("conv2") => 16 * 9,
-            Some("fc1") => self.flat(),
-            _ => 64,
-        }
-    }
-
-    /// "SmallCNN, input 3×32×32, 10 classes, 545,098 parameters".
-    pub fn describe(&self) -> String {
-        format!(
-            "SmallCNN, input {}, {} classes, {} parameters",
-            self.shape,
-            self.classes,
-            crate::format::thousands(self.parameter_count() as f64)
-        )
-    }
-
-    /// Number of trainable parameters.
-    pub fn parameter_count(&self) -> usize {
-        self.params()
-            .iter()
-            .map(|(_, s)| s.iter().product::<usize>())
-            .sum()
-    }
-}
-
-/// Host copies of every parameter, in [`ModelInput::params`] order, for the model `input`
-/// describes.
+/// Host copies of every parameter, in [`Network::params`] order, for `net`.
 #[derive(Debug, Clone)]
 pub struct InitialWeights {
-    pub input: ModelInput,
+    pub net: Network,
     pub values: Vec<Vec<f32>>,
 }
 
 impl InitialWeights {
-    /// PyTorch's defaults for Conv2d and Linear: weights and biases uniform in ±1/√fan_in
-    /// (kaiming_uniform with a = √5), drawn from the seed.
-    pub fn pytorch_default(seed: u64, input: ModelInput) -> Self {
+    /// PyTorch's defaults for each parameter ([`Init`]), drawn from the seed. The draws for
+    /// the seed's SmallCNN are those of every earlier version, so its runs start where they did.
+    pub fn pytorch_default(seed: u64, net: Network) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(splitmix(seed ^ 0x0077_6569_6768_7473));
-        let values = input
-            .params()
+        let values = net
+            .params
             .iter()
-            .map(|(name, shape)| {
-                let bound = 1.0 / (input.fan_in(name) as f64).sqrt();
-                let n: usize = shape.iter().product();
-                (0..n)
+            .map(|p| match p.init {
+                Init::Uniform(bound) => (0..p.len())
                     .map(|_| (rng.random::<f64>() * 2.0 - 1.0) as f32 * bound as f32)
-                    .collect()
+                    .collect(),
+                Init::Normal(std) => (0..p.len())
+                    .map(|_| {
+                        // Box–Muller from two uniforms in (0, 1].
+                        let u1 = 1.0 - rng.random::<f64>();
+                        let u2 = rng.random::<f64>();
+                        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos() * std) as f32
+                    })
+                    .collect(),
+                Init::Constant(v) => vec![v as f32; p.len()],
             })
             .collect();
-        InitialWeights { input, values }
+        InitialWeights { net, values }
     }
 }
 
@@ -115,18 +55,17 @@ impl InitialWeights {
 /// same either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layers {
-    /// candle's own ops, NCHW: any device (the CUDA path).
+    /// candle's own ops, NCHW: any device (the CUDA path), any network.
     Candle,
-    /// Hand-written NHWC convolution fused with ReLU and pooling ([`super::fast_cpu`]): CPU
-    /// only, and only for images whose sides both poolings halve exactly (multiples of 4).
+    /// Hand-written NHWC Conv–ReLU–MaxPool blocks ([`super::fast_cpu`]) for the plain CNNs:
+    /// CPU only, and only where every block's pooling halves both sides exactly.
     FastCpu,
 }
 
 impl Layers {
-    /// The fast layers on the CPU where the shape allows them, candle's elsewhere.
-    pub fn best_for(device: &Device, input: ModelInput) -> Layers {
-        let ImageShape { height, width, .. } = input.shape;
-        if device.is_cpu() && height % 4 == 0 && width % 4 == 0 {
+    /// The fast layers on the CPU where the network allows them, candle's elsewhere.
+    pub fn best_for(device: &Device, net: &Network) -> Layers {
+        if device.is_cpu() && fast_cpu_fits(net) {
             Layers::FastCpu
         } else {
             Layers::Candle
@@ -134,38 +73,79 @@ impl Layers {
     }
 }
 
-pub struct SmallCnn {
-    layers: Layers,
-    input: ModelInput,
-    conv1: Conv2d,
-    conv2: Conv2d,
-    fc1: Linear,
-    fc2: Linear,
-    vars: Vec<Var>,
+/// Whether `net` is conv blocks (k 3 or 5, stride 1, same padding, bias) + ReLU + 2×2 pool, each
+/// on even sides, then a flatten and linear layers: what the fused op computes.
+pub fn fast_cpu_fits(net: &Network) -> bool {
+    let (mut h, mut w) = (net.input.shape.height, net.input.shape.width);
+    let mut layers = net.layers.as_slice();
+    let mut blocks = 0;
+    while let [
+        Layer::Conv {
+            bias: Some(_),
+            kernel,
+            stride: 1,
+            padding,
+            ..
+        },
+        Layer::Relu,
+        Layer::MaxPool2,
+        rest @ ..,
+    ] = layers
+    {
+        if !matches!(kernel, 3 | 5) || *padding != kernel / 2 || h % 2 != 0 || w % 2 != 0 {
+            return false;
+        }
+        (h, w) = (h / 2, w / 2);
+        blocks += 1;
+        layers = rest;
+    }
+    blocks > 0
+        && matches!(layers.first(), Some(Layer::Flatten))
+        && layers[1..]
+            .iter()
+            .all(|l| matches!(l, Layer::Linear { .. } | Layer::Relu))
 }
 
-impl SmallCnn {
-    /// A model whose parameters are fresh copies of `init` on `device`.
+/// BatchNorm's running statistics, one (mean, variance) pair per [`Network::norms`] entry.
+pub type RunningStats = Vec<(Tensor, Tensor)>;
+
+pub struct Model {
+    layers: Layers,
+    net: Network,
+    vars: Vec<Var>,
+    running: Mutex<RunningStats>,
+}
+
+impl Model {
+    /// A model whose parameters are fresh copies of `init` on `device`; running statistics
+    /// start as PyTorch's (mean 0, variance 1).
     pub fn new(init: &InitialWeights, device: &Device, layers: Layers) -> Result<Self> {
-        let params = init.input.params();
-        let mut vars = Vec::with_capacity(params.len());
-        for ((_, shape), values) in params.iter().zip(&init.values) {
-            let t = Tensor::from_slice(values, shape.as_slice(), device)?.to_dtype(DType::F32)?;
+        let mut vars = Vec::with_capacity(init.net.params.len());
+        for (p, values) in init.net.params.iter().zip(&init.values) {
+            let t = Tensor::from_slice(values, p.shape.as_slice(), device)?.to_dtype(DType::F32)?;
             vars.push(Var::from_tensor(&t)?);
         }
-        let pad = Conv2dConfig {
-            padding: 1,
-            ..Default::default()
+        let running = init
+            .net
+            .norms
+            .iter()
+            .map(|n| {
+                Ok((
+                    Tensor::zeros(n.channels, DType::F32, device)?,
+                    Tensor::ones(n.channels, DType::F32, device)?,
+                ))
+            })
+            .collect::<Result<_>>()?;
+        let layers = if layers == Layers::FastCpu && !fast_cpu_fits(&init.net) {
+            Layers::Candle
+        } else {
+            layers
         };
-        let t = |i: usize| vars[i].as_tensor().clone();
-        Ok(SmallCnn {
+        Ok(Model {
             layers,
-            input: init.input,
-            conv1: Conv2d::new(t(0), Some(t(1)), pad),
-            conv2: Conv2d::new(t(2), Some(t(3)), pad),
-            fc1: Linear::new(t(4), Some(t(5))),
-            fc2: Linear::new(t(6), Some(t(7))),
+            net: init.net.clone(),
             vars,
+            running: Mutex::new(running),
         })
     }
 
@@ -173,44 +153,145 @@ impl SmallCnn {
         &self.vars
     }
 
-    /// Logits for a batch of shape (N, C, H, W), the model's input shape.
+    pub fn network(&self) -> &Network {
+        &self.net
+    }
+
+    /// The implementation that runs (the fast layers fall back to candle's where they do not fit).
+    pub fn layers(&self) -> Layers {
+        self.layers
+    }
+
+    /// BatchNorm's running statistics now, in [`Network::norms`] order.
+    pub fn running_stats(&self) -> RunningStats {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Logits for a batch of shape (N, C, H, W), the model's input shape. Training mode:
+    /// BatchNorm normalises with the batch's statistics and updates the running ones.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self.layers {
-            Layers::Candle => self.forward_candle(x),
+            Layers::Candle => self.run(&self.net.layers, x.clone()),
             Layers::FastCpu => self.forward_fast_cpu(x),
         }
     }
 
+    fn t(&self, i: usize) -> &Tensor {
+        self.vars[i].as_tensor()
+    }
+
     fn forward_fast_cpu(&self, x: &Tensor) -> Result<Tensor> {
         use super::fast_cpu::ConvReluPool;
-        let t = |i: usize| self.vars[i].as_tensor();
         let (n, c, h, w) = x.dims4()?;
         // With one channel, NCHW and NHWC are the same memory.
-        let x = if c == 1 {
+        let mut x = if c == 1 {
             x.reshape((n, h, w, 1))?
         } else {
             x.permute((0, 2, 3, 1))?.contiguous()?
         };
-        let x = x.apply_op3(t(0), t(1), ConvReluPool::default())?;
-        let x = x.apply_op3(t(2), t(3), ConvReluPool::default())?;
-        // Flattened in (h, w, c) order; fc1's columns are PyTorch's (c, h, w): reorder them.
-        let (ph, pw) = self.input.pooled();
-        let flat = self.input.flat();
-        let x = x.reshape((n, flat))?;
-        let w1 = t(4)
-            .reshape((64, 32, ph * pw))?
-            .transpose(1, 2)?
-            .reshape((64, flat))?;
-        let x = Linear::new(w1, Some(t(5).clone())).forward(&x)?.relu()?;
-        self.fc2.forward(&x)
+        let mut layers = self.net.layers.as_slice();
+        while let [
+            Layer::Conv { weight, bias, .. },
+            Layer::Relu,
+            Layer::MaxPool2,
+            rest @ ..,
+        ] = layers
+        {
+            let bias = bias.expect("fast_cpu_fits checked");
+            x = x.apply_op3(self.t(*weight), self.t(bias), ConvReluPool::default())?;
+            layers = rest;
+        }
+        // Flattened in (h, w, c) order; the first linear layer's columns are PyTorch's
+        // (c, h, w): reorder them.
+        let (n, ph, pw, co) = x.dims4()?;
+        let flat = ph * pw * co;
+        let mut x = x.reshape((n, flat))?;
+        let mut first = true;
+        for layer in &layers[1..] {
+            x = match layer {
+                Layer::Linear { weight, bias } => {
+                    let w = self.t(*weight);
+                    let w = if first {
+                        first = false;
+                        let out = w.dim(0)?;
+                        w.reshape((out, co, ph * pw))?
+                            .transpose(1, 2)?
+                            .reshape((out, flat))?
+                    } else {
+                        w.clone()
+                    };
+                    Linear::new(w, Some(self.t(*bias).clone())).forward(&x)?
+                }
+                _ => x.relu()?,
+            };
+        }
+        Ok(x)
     }
 
-    fn forward_candle(&self, x: &Tensor) -> Result<Tensor> {
-        let x = max_pool_2x2(&self.conv1.forward(x)?.relu()?)?;
-        let x = max_pool_2x2(&self.conv2.forward(&x)?.relu()?)?;
-        let x = x.flatten_from(1)?;
-        let x = self.fc1.forward(&x)?.relu()?;
-        self.fc2.forward(&x)
+    fn run(&self, layers: &[Layer], mut x: Tensor) -> Result<Tensor> {
+        for layer in layers {
+            x = match layer {
+                Layer::Conv {
+                    weight,
+                    bias,
+                    stride,
+                    padding,
+                    ..
+                } => {
+                    let y = x.conv2d(self.t(*weight), *padding, *stride, 1, 1)?;
+                    match bias {
+                        Some(b) => y.broadcast_add(&self.t(*b).reshape((1, (), 1, 1))?)?,
+                        None => y,
+                    }
+                }
+                Layer::BatchNorm { weight, norm } => self.batch_norm(&x, *weight, *norm)?,
+                Layer::Relu => x.relu()?,
+                Layer::MaxPool2 => max_pool_2x2(&x)?,
+                Layer::MaxPool3 => max_pool_3x3_s2(&x)?,
+                Layer::Residual { body, shortcut } => {
+                    let y = self.run(body, x.clone())?;
+                    let s = if shortcut.is_empty() {
+                        x
+                    } else {
+                        self.run(shortcut, x)?
+                    };
+                    (y + s)?.relu()?
+                }
+                Layer::GlobalAvgPool => x.flatten_from(2)?.mean(2)?,
+                Layer::Flatten => x.flatten_from(1)?,
+                Layer::Linear { weight, bias } => {
+                    Linear::new(self.t(*weight).clone(), Some(self.t(*bias).clone())).forward(&x)?
+                }
+            };
+        }
+        Ok(x)
+    }
+
+    /// Training-mode BatchNorm2d: normalise with the batch's mean and biased variance over
+    /// (N, H, W); running_mean and running_var (unbiased) move by PyTorch's momentum 0.1.
+    fn batch_norm(&self, x: &Tensor, weight: usize, norm: usize) -> Result<Tensor> {
+        let (n, c, h, w) = x.dims4()?;
+        let count = (n * h * w) as f64;
+        let mean = x.mean_keepdim((0, 2, 3))?;
+        let centred = x.broadcast_sub(&mean)?;
+        let var = centred.sqr()?.mean_keepdim((0, 2, 3))?;
+        let inv = (var.clone() + BN_EPS)?.sqrt()?.recip()?;
+        let gamma = self.t(weight).reshape((1, c, 1, 1))?;
+        let beta = self.t(weight + 1).reshape((1, c, 1, 1))?;
+        let y = centred
+            .broadcast_mul(&inv.broadcast_mul(&gamma)?)?
+            .broadcast_add(&beta)?;
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let (rm, rv) = &running[norm];
+        let unbiased = (var.detach().flatten_all()? * (count / (count - 1.0).max(1.0)))?;
+        let next_mean =
+            ((rm * (1.0 - BN_MOMENTUM))? + (mean.detach().flatten_all()? * BN_MOMENTUM)?)?;
+        let next_var = ((rv * (1.0 - BN_MOMENTUM))? + (unbiased * BN_MOMENTUM)?)?;
+        running[norm] = (next_mean, next_var);
+        Ok(y)
     }
 }
 
@@ -232,23 +313,34 @@ pub fn max_pool_2x2(x: &Tensor) -> Result<Tensor> {
     x.reshape((n, c, h / 2, 2, w / 2, 2))?.max(5)?.max(3)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parameter_counts_match_pytorch() {
-        // sum(p.numel() for p in SmallCNN().parameters()) for the seed's 1×28×28 model, and
-        // with Conv2d(3, 16, 3, padding=1) and Linear(32 * 8 * 8, 64) for 3×32×32.
-        assert_eq!(ModelInput::SEED.parameter_count(), 105_866);
-        let cifar = ModelInput {
-            shape: ImageShape::new(3, 32, 32),
-            classes: 10,
-        };
-        assert_eq!(cifar.parameter_count(), 136_874);
-        assert_eq!(
-            cifar.describe(),
-            "SmallCNN, input 3×32×32, 10 classes, 136,874 parameters"
-        );
+/// ResNet's stem pooling: 3×3 windows, stride 2, padding 1, over a ReLU's output.
+///
+/// Because the input is ≥ 0, zero padding gives the same maxima as PyTorch's −∞ padding. Each
+/// of the nine window offsets is a strided view (a narrow, then every other row and column
+/// through a reshape), and the maximum over the nine stacked views routes the gradient as
+/// [`max_pool_2x2`] does.
+pub fn max_pool_3x3_s2(x: &Tensor) -> Result<Tensor> {
+    let (n, c, h, w) = x.dims4()?;
+    let (oh, ow) = ((h - 1) / 2 + 1, (w - 1) / 2 + 1);
+    // Rows -1 .. 2·oh: one before (the padding) and enough after for every window offset.
+    let x = x
+        .pad_with_zeros(2, 1, 2 * oh + 2 - h - 1)?
+        .pad_with_zeros(3, 1, 2 * ow + 2 - w - 1)?;
+    let mut views = Vec::with_capacity(9);
+    for dy in 0..3 {
+        let rows = x
+            .narrow(2, dy, 2 * oh)?
+            .reshape((n, c, oh, 2, 2 * ow + 2))?
+            .narrow(3, 0, 1)?
+            .squeeze(3)?;
+        for dx in 0..3 {
+            views.push(
+                rows.narrow(3, dx, 2 * ow)?
+                    .reshape((n, c, oh, ow, 2))?
+                    .narrow(4, 0, 1)?
+                    .squeeze(4)?,
+            );
+        }
     }
+    Tensor::stack(&views, 0)?.max(0)
 }
