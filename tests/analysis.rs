@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use loaderlab::analysis::{LoaderVerdict, analyse};
+use loaderlab::analysis::{InputBound, LoaderVerdict, analyse};
 use loaderlab::config::{Overrides, load_str};
 use loaderlab::plan;
 use loaderlab::results::{
@@ -160,6 +160,10 @@ fn known_speedup_percentiles_and_shares() {
     // The judgement is made in analysis, with its thresholds: 82 % waiting ≥ 50 %.
     assert_eq!(base.judgement.loader, LoaderVerdict::Bottleneck);
     assert_eq!(base.judgement.thresholds.bottleneck_wait_share, 0.5);
+    // TensorFlow Profiler's classes, against the [report] thresholds (defaults 20 % and 5 %).
+    assert_eq!(base.judgement.input_bound, InputBound::Highly);
+    assert_eq!(base.judgement.thresholds.highly_input_bound, 0.2);
+    assert_eq!(base.judgement.thresholds.moderately_input_bound, 0.05);
     assert_eq!(a.conditions[1].judgement.loader, LoaderVerdict::KeptUp);
     let verdict = loaderlab::report::verdict(&a, true);
     assert!(

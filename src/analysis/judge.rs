@@ -16,11 +16,39 @@ pub enum LoaderVerdict {
     KeptUp,
 }
 
+/// How far the input pipeline held the step up, in the classes of TensorFlow Profiler's
+/// input-pipeline analyzer (torch-tb-profiler advises more workers above the lower one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputBound {
+    /// At least `highly_input_bound` of step time waiting for a batch.
+    Highly,
+    /// At least `moderately_input_bound`.
+    Moderately,
+    /// Below that.
+    Not,
+}
+
+impl InputBound {
+    /// The word result.json and summary.csv use.
+    pub fn word(self) -> &'static str {
+        match self {
+            InputBound::Highly => "highly",
+            InputBound::Moderately => "moderately",
+            InputBound::Not => "not",
+        }
+    }
+}
+
 /// The thresholds of every judgement.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Thresholds {
     pub bottleneck_wait_share: f64,
     pub partial_wait_share: f64,
+    /// `[report] highly_input_bound`: the wait share from which a run is highly input-bound.
+    pub highly_input_bound: f64,
+    /// `[report] moderately_input_bound`.
+    pub moderately_input_bound: f64,
     /// Stalls remain when the batch-wait p95 exceeds this multiple of its median …
     pub stall_p95_over_median: f64,
     /// … and this many ms.
@@ -32,22 +60,48 @@ impl Default for Thresholds {
         Thresholds {
             bottleneck_wait_share: 0.5,
             partial_wait_share: 0.1,
+            highly_input_bound: DEFAULT_HIGHLY_INPUT_BOUND,
+            moderately_input_bound: DEFAULT_MODERATELY_INPUT_BOUND,
             stall_p95_over_median: 5.0,
             stall_p95_min_ms: 1.0,
         }
     }
 }
 
+/// TensorFlow Profiler's thresholds: 20 % and 5 % of step time waiting for input.
+pub const DEFAULT_HIGHLY_INPUT_BOUND: f64 = 0.20;
+pub const DEFAULT_MODERATELY_INPUT_BOUND: f64 = 0.05;
+
 /// One condition's judgement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Judgement {
     pub loader: LoaderVerdict,
+    pub input_bound: InputBound,
     /// A few batches still kept the training thread waiting far longer than the median one.
     pub stalls: bool,
     pub thresholds: Thresholds,
 }
 
 impl Thresholds {
+    /// The defaults with the input-bound thresholds the experiment's `[report]` sets.
+    pub fn from_report(r: &crate::config::ReportSection) -> Thresholds {
+        Thresholds {
+            highly_input_bound: r.highly_input_bound,
+            moderately_input_bound: r.moderately_input_bound,
+            ..Thresholds::default()
+        }
+    }
+
+    pub fn input_bound(&self, wait_share: f64) -> InputBound {
+        if wait_share >= self.highly_input_bound {
+            InputBound::Highly
+        } else if wait_share >= self.moderately_input_bound {
+            InputBound::Moderately
+        } else {
+            InputBound::Not
+        }
+    }
+
     pub fn judge(&self, wait_share: f64, wait_p50_ms: f64, wait_p95_ms: f64) -> Judgement {
         let loader = if wait_share >= self.bottleneck_wait_share {
             LoaderVerdict::Bottleneck
@@ -61,6 +115,7 @@ impl Thresholds {
             && wait_p95_ms > self.stall_p95_min_ms;
         Judgement {
             loader,
+            input_bound: self.input_bound(wait_share),
             stalls,
             thresholds: *self,
         }
@@ -86,5 +141,21 @@ mod tests {
             !t.judge(0.0, 1.0, 4.0).stalls,
             "under five times the median"
         );
+    }
+
+    #[test]
+    fn input_bound_classes_follow_tensorflows_thresholds() {
+        let t = Thresholds::default();
+        assert_eq!(t.input_bound(0.20), InputBound::Highly);
+        assert_eq!(t.input_bound(0.1999), InputBound::Moderately);
+        assert_eq!(t.input_bound(0.05), InputBound::Moderately);
+        assert_eq!(t.input_bound(0.0499), InputBound::Not);
+        let strict = Thresholds {
+            highly_input_bound: 0.5,
+            moderately_input_bound: 0.3,
+            ..t
+        };
+        assert_eq!(strict.input_bound(0.4), InputBound::Moderately);
+        assert_eq!(strict.input_bound(0.2), InputBound::Not);
     }
 }

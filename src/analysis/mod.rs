@@ -12,7 +12,7 @@ mod stats;
 mod steps;
 mod tables;
 
-pub use judge::{Judgement, LoaderVerdict, Thresholds};
+pub use judge::{InputBound, Judgement, LoaderVerdict, Thresholds};
 pub use profile::{ProfileSummary, SpanRow};
 pub use stats::{BOOTSTRAP_RESAMPLES, CONFIDENCE, Estimate, bootstrap, median, quantile};
 pub use tables::{summary_frame, write_tables};
@@ -310,7 +310,7 @@ fn condition_summaries(
     let ips = |runs: &[&RunSummary]| -> Vec<f64> { runs.iter().map(|r| r.img_per_s).collect() };
     let base_runs = of(baseline);
     let base_ips = ips(&base_runs);
-    let thresholds = Thresholds::default();
+    let thresholds = Thresholds::from_report(&raw.plan.report());
     let mut summaries = Vec::new();
     for (ci, c) in raw.plan.conditions.iter().enumerate() {
         let mine = of(&c.name);

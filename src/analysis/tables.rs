@@ -62,6 +62,12 @@ pub fn summary_frame(a: &Analysis) -> Result<DataFrame, AnalysisError> {
             .map(|s| verdict_word(s).to_string())
             .collect::<Vec<_>>(),
     ));
+    columns.push(Column::new(
+        "input_bound".into(),
+        c.iter()
+            .map(|s| s.judgement.input_bound.word().to_string())
+            .collect::<Vec<_>>(),
+    ));
     Ok(DataFrame::new_infer_height(columns)?)
 }
 

@@ -634,6 +634,37 @@ pub struct OptimizerSection {
     pub nesterov: bool,
 }
 
+impl OptimizerSection {
+    /// PyTorch's spelling with the settings its kind reads, e.g. "Adam (lr 0.001, betas
+    /// [0.9, 0.999], eps 1e-8)" or "SGD (lr 0.1, momentum 0.9, nesterov)".
+    pub fn describe(&self) -> String {
+        let decay = if self.weight_decay > 0.0 {
+            format!(", weight_decay {}", self.weight_decay)
+        } else {
+            String::new()
+        };
+        match self.kind {
+            OptimizerKind::Adam | OptimizerKind::Adamw => format!(
+                "{} (lr {}, betas {:?}, eps {}{decay})",
+                if self.kind == OptimizerKind::Adam {
+                    "Adam"
+                } else {
+                    "AdamW"
+                },
+                self.lr,
+                self.betas,
+                self.eps
+            ),
+            OptimizerKind::Sgd => format!(
+                "SGD (lr {}, momentum {}{}{decay})",
+                self.lr,
+                self.momentum,
+                if self.nesterov { ", nesterov" } else { "" }
+            ),
+        }
+    }
+}
+
 impl Default for OptimizerSection {
     fn default() -> Self {
         OptimizerSection {
@@ -732,6 +763,11 @@ pub struct ReportSection {
     pub baseline: String,
     pub charts: bool,
     pub formats: Vec<ImageFormat>,
+    /// Share of step time waiting for a batch from which a condition is *highly* input-bound
+    /// (TensorFlow Profiler's 20 %).
+    pub highly_input_bound: f64,
+    /// … and *moderately* input-bound (5 %).
+    pub moderately_input_bound: f64,
 }
 
 impl Default for ReportSection {
@@ -740,6 +776,8 @@ impl Default for ReportSection {
             baseline: String::new(),
             charts: true,
             formats: vec![ImageFormat::Svg, ImageFormat::Png],
+            highly_input_bound: 0.20,
+            moderately_input_bound: 0.05,
         }
     }
 }

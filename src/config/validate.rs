@@ -596,6 +596,22 @@ pub fn check_experiment_wide(s: &Settings, conditions: &[&str]) -> Vec<(KeyPath,
             "expected at least one image format (\"svg\", \"png\") when charts = true".into(),
         ));
     }
+    let (high, moderate) = (r.highly_input_bound, r.moderately_input_bound);
+    if !(0.0..=1.0).contains(&high) {
+        out.push((
+            KeyPath::keys(["report", "highly_input_bound"]),
+            format!("expected a share of step time from 0 to 1 (0.2 = 20 %), found {high}"),
+        ));
+    }
+    if !(0.0..=1.0).contains(&moderate) || moderate > high {
+        out.push((
+            KeyPath::keys(["report", "moderately_input_bound"]),
+            format!(
+                "expected a share of step time from 0 to highly_input_bound ({high}), found \
+                 {moderate}"
+            ),
+        ));
+    }
     out
 }
 

@@ -68,6 +68,31 @@ fn transforms(s: &crate::config::Settings) -> String {
     ops.join(" → ")
 }
 
+/// The model as built (name, input, parameter count): one line when every condition trains
+/// the same, else one per condition.
+fn models(raw: &Raw) -> String {
+    let described: Vec<(&str, String)> = raw
+        .meta
+        .conditions
+        .iter()
+        .map(|c| {
+            (
+                c.name.as_str(),
+                c.model.clone().unwrap_or_else(|| "SmallCNN".into()),
+            )
+        })
+        .collect();
+    match described.first() {
+        Some((_, m)) if described.iter().all(|(_, d)| d == m) => m.clone(),
+        Some(_) => described
+            .iter()
+            .map(|(n, d)| format!("`{n}`: {d}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+        None => "SmallCNN".into(),
+    }
+}
+
 fn setup(raw: &Raw) -> String {
     let (p, meta) = (&raw.plan, &raw.meta);
     let e = &p.experiment;
@@ -81,18 +106,8 @@ fn setup(raw: &Raw) -> String {
             ),
             ("transforms (per sample, CPU)", transforms(s)),
             ("batch size", s.loader.batch_size.to_string()),
-            (
-                "model / optimizer",
-                format!(
-                    "{} / Adam (lr {}, betas {:?}, eps {})",
-                    first
-                        .and_then(|c| c.model.clone())
-                        .unwrap_or_else(|| "SmallCNN".into()),
-                    s.optimizer.lr,
-                    s.optimizer.betas,
-                    s.optimizer.eps
-                ),
-            ),
+            ("model", models(raw)),
+            ("optimizer", s.optimizer.describe()),
             ("seed", e.seed.to_string()),
             (
                 "steps per run",
@@ -181,6 +196,7 @@ fn results(a: &Analysis) -> String {
         ("compute median, ms".into(), Right),
         ("step median, ms".into(), Right),
         ("waiting share".into(), Right),
+        ("input-bound".into(), Left),
         ("device idle".into(), Right),
         ("worker start-up, ms".into(), Right),
     ]);
@@ -209,6 +225,7 @@ fn results(a: &Analysis) -> String {
             ms(c.compute_median_ms),
             ms(c.step_median_ms),
             pct(c.wait_share),
+            c.judgement.input_bound.word().to_string(),
             pct(c.device_idle_median),
             ms(c.startup_ms_median),
         ]);

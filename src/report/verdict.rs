@@ -44,9 +44,37 @@ fn speedups(out: &mut String, a: &Analysis, base: &ConditionSummary) {
     }
 }
 
+/// Every condition's input-bound class, with the thresholds it was judged against.
+fn input_bound(out: &mut String, a: &Analysis) {
+    let Some(t) = a.conditions.first().map(|c| c.judgement.thresholds) else {
+        return;
+    };
+    let classes: Vec<String> = a
+        .conditions
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} ({})",
+                c.condition,
+                c.judgement.input_bound.word(),
+                pct(c.wait_share)
+            )
+        })
+        .collect();
+    let _ = write!(
+        out,
+        " Input-bound (TensorFlow Profiler's classes: highly at {} or more of step time waiting \
+         for a batch, moderately at {} or more): {}.",
+        threshold(t.highly_input_bound),
+        threshold(t.moderately_input_bound),
+        classes.join(", ")
+    );
+}
+
 /// A threshold as the setting reads: 0.5 → "50 %" (a set value, not a measured figure).
 fn threshold(share: f64) -> String {
-    format!("{} %", share * 100.0)
+    // Rounded to a millionth of a percent, so 0.07 reads "7 %", not "7.000000000000001 %".
+    format!("{} %", (share * 1e8).round() / 1e6)
 }
 
 pub fn verdict(a: &Analysis, on_cpu: bool) -> String {
@@ -101,6 +129,7 @@ pub fn verdict(a: &Analysis, on_cpu: bool) -> String {
             pct(best.wait_share),
         );
     }
+    input_bound(&mut out, a);
     let idle: Vec<String> = a
         .conditions
         .iter()
