@@ -208,11 +208,12 @@ pub enum TransformSpec {
     RandomGrayscale(RandomGrayscaleSpec),
     ToTensor(ToTensorSpec),
     Normalize(NormalizeSpec),
+    CpuWork(CpuWorkSpec),
 }
 
 impl TransformSpec {
     /// Every op with torchvision's defaults for its parameters.
-    pub fn all() -> [TransformSpec; 12] {
+    pub fn all() -> [TransformSpec; 13] {
         [
             TransformSpec::RandomResizedCrop(Default::default()),
             TransformSpec::RandomRotation(Default::default()),
@@ -226,14 +227,16 @@ impl TransformSpec {
             TransformSpec::RandomGrayscale(Default::default()),
             TransformSpec::ToTensor(ToTensorSpec {}),
             TransformSpec::Normalize(Default::default()),
+            TransformSpec::CpuWork(Default::default()),
         ]
     }
 
-    /// Whether the op works on 8-bit images (before `to_tensor`).
+    /// Whether the op works on 8-bit images (before `to_tensor`). `cpu_work` touches no data
+    /// and may stand anywhere.
     pub fn is_pixel_op(&self) -> bool {
         !matches!(
             self,
-            TransformSpec::ToTensor(_) | TransformSpec::Normalize(_)
+            TransformSpec::ToTensor(_) | TransformSpec::Normalize(_) | TransformSpec::CpuWork(_)
         )
     }
 
@@ -261,6 +264,7 @@ impl TransformSpec {
             TransformSpec::RandomGrayscale(_) => "random_grayscale",
             TransformSpec::ToTensor(_) => "to_tensor",
             TransformSpec::Normalize(_) => "normalize",
+            TransformSpec::CpuWork(_) => "cpu_work",
         }
     }
 }
@@ -463,6 +467,16 @@ impl Default for RandomGrayscaleSpec {
     fn default() -> Self {
         RandomGrayscaleSpec { p: 0.1 }
     }
+}
+
+/// Not a torchvision op: burns `us` µs of the worker's own CPU time per image (spinning on the
+/// thread's CPU clock, never sleeping), to ask "what if my augmentation cost this much?" and to
+/// plant a known loader cost in tests. It changes no pixel.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CpuWorkSpec {
+    /// Microseconds of CPU time per image.
+    pub us: f64,
 }
 
 /// torchvision `ToTensor`: CHW float32 in [0, 1].

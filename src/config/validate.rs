@@ -72,7 +72,8 @@ pub fn op_output(spec: &TransformSpec, input: ImageShape) -> ImageShape {
         | TransformSpec::ColorJitter(_)
         | TransformSpec::RandomGrayscale(_)
         | TransformSpec::ToTensor(_)
-        | TransformSpec::Normalize(_) => input,
+        | TransformSpec::Normalize(_)
+        | TransformSpec::CpuWork(_) => input,
     }
 }
 
@@ -395,6 +396,17 @@ fn check_op(
             }
         }
         TransformSpec::ToTensor(_) => {}
+        TransformSpec::CpuWork(w) => {
+            if !(w.us.is_finite() && (0.0..=1e7).contains(&w.us)) {
+                bad(
+                    at.key("us"),
+                    format!(
+                        "expected microseconds of CPU time per image, 0 to 1e7, found {}",
+                        w.us
+                    ),
+                );
+            }
+        }
         TransformSpec::Normalize(n) => {
             if !after_tensor {
                 bad(

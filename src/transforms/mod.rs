@@ -145,6 +145,10 @@ enum PixelOp {
     RandomGrayscale {
         p: f64,
     },
+    /// Burn this many ns of the thread's CPU time; the image is untouched.
+    CpuWork {
+        ns: u64,
+    },
 }
 
 impl PixelOp {
@@ -203,6 +207,9 @@ impl PixelOp {
                 channels: g.num_output_channels as usize,
             },
             TransformSpec::RandomGrayscale(g) => PixelOp::RandomGrayscale { p: g.p },
+            TransformSpec::CpuWork(w) => PixelOp::CpuWork {
+                ns: (w.us * 1e3).round() as u64,
+            },
             TransformSpec::ToTensor(_) | TransformSpec::Normalize(_) => return None,
         })
     }
@@ -489,9 +496,44 @@ fn apply_op(
             }
             to_grey(a, b, grey, shape, shape.channels)
         }
+        PixelOp::CpuWork { ns } => {
+            burn_cpu(*ns);
+            return shape;
+        }
     };
     std::mem::swap(a, b);
     out
+}
+
+/// This thread's CPU time in ns (not wall time: a preempted worker does not count as working).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec, and both clocks exist on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        // Never seen on Linux; the monotonic clock still ends the spin.
+        // SAFETY: as above.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Spin until this thread has used `ns` more ns of CPU time.
+fn burn_cpu(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let start = thread_cpu_ns();
+    let mut x = 0u64;
+    while thread_cpu_ns().saturating_sub(start) < ns {
+        // Some register work between clock reads; black_box keeps it from being removed.
+        for _ in 0..64 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
 }
 
 /// Crop `cb` of every plane of `src` and resize it to `size` (height, width) into `dst`.
@@ -613,7 +655,26 @@ fn jitter(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::seed_transforms;
+    use crate::config::{CpuWorkSpec, seed_transforms};
+
+    #[test]
+    fn cpu_work_burns_its_cpu_time_and_changes_no_pixel() {
+        let mut specs = seed_transforms();
+        let plain = Pipeline::new(&specs, 42, ImageShape::GREY_28);
+        specs.insert(1, TransformSpec::CpuWork(CpuWorkSpec { us: 3000.0 }));
+        let busy = Pipeline::new(&specs, 42, ImageShape::GREY_28);
+        let src: Vec<u8> = (0..784).map(|i| (i * 7 % 256) as u8).collect();
+        let (mut a, mut b) = (vec![0f32; 784], vec![0f32; 784]);
+        plain.apply(&src, 0, 5, &mut Scratch::default(), &mut a);
+        let before = thread_cpu_ns();
+        busy.apply(&src, 0, 5, &mut Scratch::default(), &mut b);
+        let used_us = (thread_cpu_ns() - before) as f64 / 1e3;
+        assert_eq!(a, b, "cpu_work touched the pixels");
+        assert!(
+            (3000.0..30_000.0).contains(&used_us),
+            "cpu_work of 3000 µs used {used_us} µs of CPU"
+        );
+    }
 
     #[test]
     fn same_sample_same_output_whatever_the_order() {
