@@ -241,6 +241,10 @@ fn merged_meta(
     let mut meta = first.meta.clone();
     let mut infos = Vec::new();
     for (ci, c) in meta.conditions.iter_mut().enumerate() {
+        // The headroom run of a condition ran in the task that profiled it.
+        c.headroom = tasks
+            .iter()
+            .find_map(|t| t.meta.conditions.get(ci).and_then(|tc| tc.headroom.clone()));
         c.trace = None;
         for t in tasks {
             let Some(file) = t.meta.conditions.get(ci).and_then(|tc| tc.trace.clone()) else {

@@ -32,6 +32,11 @@ pub struct PlanExperiment {
     pub timed_steps: u64,
     pub profile: bool,
     pub profile_steps: u64,
+    /// A headroom run per condition (absent, so false, in folders written before it existed).
+    #[serde(default)]
+    pub headroom: bool,
+    #[serde(default)]
+    pub headroom_steps: u64,
     /// The experiment-wide `[report]` settings (absent in folders written before it was
     /// recorded here; see [`Plan::report`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,6 +120,8 @@ pub fn build(exp: &Experiment) -> Plan {
             timed_steps: p.timed_steps,
             profile: p.profile,
             profile_steps: p.profile_steps,
+            headroom: p.headroom,
+            headroom_steps: p.headroom_steps,
             report: Some(s.report.clone()),
         },
         conditions: exp
@@ -165,6 +172,14 @@ impl Plan {
                 out,
                 "  profiled run: {} steps per condition, separate from the timed runs",
                 e.profile_steps
+            );
+        }
+        if e.headroom {
+            let _ = writeln!(
+                out,
+                "  headroom run: {} steps per condition on batches already on the device \
+                 (the throughput if data were free), separate from the timed runs",
+                e.headroom_steps
             );
         }
         let width = self

@@ -5,6 +5,7 @@
 //! `loaderlab report <dir>` rebuilds exactly what the run wrote. Percentiles use linear
 //! interpolation (pandas' and numpy's default) so anyone can recompute them.
 
+mod advice;
 mod checks;
 mod judge;
 mod profile;
@@ -12,6 +13,7 @@ mod stats;
 mod steps;
 mod tables;
 
+pub use advice::{Headroom, PredictionCheck, WorkerPrediction, same_but_workers, wait_bound};
 pub use judge::{InputBound, Judgement, LoaderVerdict, Thresholds};
 pub use profile::{ProfileSummary, SpanRow};
 pub use stats::{BOOTSTRAP_RESAMPLES, CONFIDENCE, Estimate, bootstrap, median, quantile};
@@ -127,6 +129,10 @@ pub struct ConditionSummary {
     pub order_effect: OrderEffect,
     /// Whether the loader held training back, against the thresholds it states.
     pub judgement: Judgement,
+    /// 1 / (1 − wait_share): the most any loader change could speed this condition up.
+    pub speedup_bound: f64,
+    /// The throughput if data were free (its headroom run), when one ran.
+    pub headroom: Option<Headroom>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -146,6 +152,8 @@ pub struct Analysis {
     pub conditions: Vec<ConditionSummary>,
     pub determinism: Determinism,
     pub profiles: Vec<ProfileSummary>,
+    /// Workers the baseline's stage costs call for, checked against the matrix.
+    pub prediction: Option<WorkerPrediction>,
     pub warnings: Vec<String>,
 }
 
@@ -191,12 +199,21 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
             determinism.inconsistent_conditions.join(", ")
         ));
     }
+    let profiles = profile::profile_summaries(raw);
+    let prediction = advice::predict(
+        &raw.plan.conditions,
+        &conditions,
+        &profiles,
+        &raw.meta,
+        &baseline,
+    );
     Ok(Analysis {
         baseline,
         runs,
         conditions,
         determinism,
-        profiles: profile::profile_summaries(raw),
+        profiles,
+        prediction,
         warnings,
     })
 }
@@ -327,11 +344,18 @@ fn condition_summaries(
             pooled_of("batch_wait_median_ms"),
             pooled_of("batch_wait_p95_ms"),
         );
+        let img_per_s = bootstrap(&[&values], seed ^ 0x100 ^ ci as u64, |s| median(&s[0]));
+        let headroom = raw
+            .meta
+            .condition(&c.name)
+            .and_then(|m| m.headroom.as_ref())
+            .and_then(|h| Headroom::from_record(h, img_per_s.point));
         summaries.push(ConditionSummary {
             condition: c.name.clone(),
             runs: mine.len(),
             workers: c.config.loader.workers as i64,
-            img_per_s: bootstrap(&[&values], seed ^ 0x100 ^ ci as u64, |s| median(&s[0])),
+            img_per_s,
+
             img_per_s_min: stats::min(&values),
             img_per_s_max: stats::max(&values),
             batch_wait_p50_ms: p50,
@@ -347,6 +371,8 @@ fn condition_summaries(
             speedup,
             order_effect: checks::order_effect(&mine),
             judgement: thresholds.judge(wait_share, p50, p95),
+            speedup_bound: wait_bound(wait_share),
+            headroom,
         });
     }
     Ok(summaries)

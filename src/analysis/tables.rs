@@ -8,7 +8,7 @@ use crate::results::{Raw, STEPS_PARQUET, SUMMARY_CSV, write_atomic};
 type Figure = fn(&ConditionSummary) -> f64;
 
 /// The numeric columns of `summary.csv`, in order.
-const FIGURES: [(&str, Figure); 17] = [
+const FIGURES: [(&str, Figure); 20] = [
     ("img_per_s_median", |s| s.img_per_s.point),
     ("img_per_s_min", |s| s.img_per_s_min),
     ("img_per_s_max", |s| s.img_per_s_max),
@@ -32,6 +32,13 @@ const FIGURES: [(&str, Figure); 17] = [
     ("wait_share", |s| s.wait_share),
     ("device_idle", |s| s.device_idle_median),
     ("startup_ms_median", |s| s.startup_ms_median),
+    ("speedup_bound", |s| s.speedup_bound),
+    ("headroom_img_per_s", |s| {
+        s.headroom.as_ref().map_or(f64::NAN, |h| h.img_per_s)
+    }),
+    ("share_of_ceiling", |s| {
+        s.headroom.as_ref().map_or(f64::NAN, |h| h.share_of_ceiling)
+    }),
 ];
 
 /// `summary.csv`: one row per condition.

@@ -748,6 +748,11 @@ pub struct ProtocolSection {
     /// Record a Chrome trace in a separate, untimed run per condition.
     pub profile: bool,
     pub profile_steps: u64,
+    /// A separate run per condition that trains on batches already on the device (built once,
+    /// replayed; no loader work in the loop): the throughput if data were free.
+    pub headroom: bool,
+    /// Timed steps of that run (after a few untimed ones).
+    pub headroom_steps: u64,
 }
 
 impl Default for ProtocolSection {
@@ -759,6 +764,8 @@ impl Default for ProtocolSection {
             order: RunOrder::Alternate,
             profile: true,
             profile_steps: 20,
+            headroom: true,
+            headroom_steps: 30,
         }
     }
 }

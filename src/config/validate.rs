@@ -594,6 +594,12 @@ pub fn check_experiment_wide(s: &Settings, conditions: &[&str]) -> Vec<(KeyPath,
             "expected at least 1 profiled step when profile = true (or set profile = false)".into(),
         ));
     }
+    if p.headroom && p.headroom_steps == 0 {
+        out.push((
+            KeyPath::keys(["protocol", "headroom_steps"]),
+            "expected at least 1 step when headroom = true (or set headroom = false)".into(),
+        ));
+    }
     let r = &s.report;
     if !r.baseline.is_empty() && !conditions.contains(&r.baseline.as_str()) {
         let list: Vec<String> = conditions.iter().map(|c| format!("{c:?}")).collect();

@@ -81,6 +81,9 @@ pub enum LoaderError {
     Spawn { worker: usize, message: String },
     #[error("the dataset ({len} images) holds no batch of {batch_size} with drop_last = true")]
     NoBatch { len: usize, batch_size: usize },
+    /// A batch was asked of a loader that had been stopped (a bug of the caller).
+    #[error("the loader was already stopped")]
+    Stopped,
 }
 
 /// The order in which an epoch visits the dataset: a permutation drawn from (seed, epoch), or

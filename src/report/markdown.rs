@@ -21,6 +21,7 @@ pub fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> S
         format!("## Verdict\n\n{}\n\n", verdict(a, raw.meta.all_on_cpu())),
         setup(raw),
         results(a),
+        headroom(a),
         runs(a),
         order_and_determinism(a),
         charts_section(charts),
@@ -250,6 +251,65 @@ fn results(a: &Analysis) -> String {
             md,
             "Speed-up paired by round (each round ran every condition once): {}.\n",
             paired.join("; ")
+        );
+    }
+    md
+}
+
+/// Per condition: measured img/s beside the ceiling if data were free, and the waiting share's
+/// bound beside the speed-up actually measured; then the worker prediction.
+fn headroom(a: &Analysis) -> String {
+    if a.conditions.iter().all(|c| c.headroom.is_none()) {
+        return String::new();
+    }
+    let mut t = Table::new([
+        ("condition".to_string(), Left),
+        ("img/s (median)".into(), Right),
+        ("ceiling if data were free, img/s".into(), Right),
+        ("share of the ceiling".into(), Right),
+        ("step without waiting, ms".into(), Right),
+        ("bound 1 / (1 − waiting share)".into(), Right),
+        (format!("speed-up measured vs `{}`", a.baseline), Right),
+    ]);
+    for c in &a.conditions {
+        let h = c.headroom.as_ref();
+        t.row([
+            format!("`{}`", c.condition),
+            rate(c.img_per_s.point),
+            h.map_or("–".into(), |h| rate(h.img_per_s)),
+            h.map_or("–".into(), |h| pct(h.share_of_ceiling)),
+            h.map_or("–".into(), |h| ms(h.step_ms)),
+            ratio(c.speedup_bound),
+            c.speedup
+                .as_ref()
+                .map_or("baseline".into(), |s| ratio(s.ratio.point)),
+        ]);
+    }
+    let mut md = format!(
+        "## Headroom: the throughput if data were free
+
+Each condition's headroom run trains \
+         on batches built once by its loader, copied to the device and replayed, so no loader \
+         work happens in the loop (SPDL's headspace analysis). It is separate from the timed runs \
+         and never enters their figures. The bound is the most that removing every wait could \
+         give the condition.\n\n{}\n",
+        t.render()
+    );
+    if let Some(p) = &a.prediction {
+        let _ = writeln!(
+            md,
+            "Workers needed ≈ loader time per batch ÷ step time without waiting = {} ms ÷ {} ms = \
+             {} → **{}**{} (loader time: mean `build_batch` span of `{}`'s profiled run; step \
+             time: its headroom run).\n",
+            ms(p.loader_ms_per_batch),
+            ms(p.step_ms),
+            ms(p.workers_exact),
+            p.workers,
+            match p.cap {
+                Some(cap) => format!(", at most {cap} beside the compute threads on this CPU"),
+                None => String::new(),
+            },
+            p.from
         );
     }
     md

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::{Analysis, ConditionSummary, LoaderVerdict};
+use crate::analysis::{Analysis, ConditionSummary, InputBound, LoaderVerdict};
 use crate::format::{ms, pct, rate, ratio};
 
 /// One sentence per condition: its speed-up against the baseline, or no difference beyond
@@ -71,6 +71,63 @@ fn input_bound(out: &mut String, a: &Analysis) {
     );
 }
 
+/// The baseline's ceiling if data were free, and what it reached of it.
+fn headroom(out: &mut String, base: &ConditionSummary) {
+    let Some(h) = &base.headroom else { return };
+    let _ = write!(
+        out,
+        " If data were free (batches already on the device, replayed), {} would train at {} img/s; \
+         it reached {} of that ceiling, and its waiting share bounds any loader speed-up at {}.",
+        base.condition,
+        rate(h.img_per_s),
+        pct(h.share_of_ceiling),
+        ratio(base.speedup_bound)
+    );
+}
+
+/// "waits 12 % of step time (highly input-bound)" for a measured neighbour.
+fn waits(share: f64, class: InputBound) -> String {
+    format!(
+        "waits {} of step time ({} input-bound)",
+        pct(share),
+        class.word()
+    )
+}
+
+/// The predicted worker count and what the matrix says of it.
+fn prediction(out: &mut String, a: &Analysis) {
+    let Some(p) = &a.prediction else { return };
+    let capped = match (p.capped, p.cap) {
+        (true, Some(cap)) => {
+            format!(" (cut to the {cap} core(s) left beside the training step's compute threads)")
+        }
+        _ => String::new(),
+    };
+    let _ = write!(
+        out,
+        " Prediction: {} ms of loader work per batch (one thread, from {}'s profiled run) over a \
+         {} ms step without waiting (its headroom run) calls for {} workers, so {}{capped}.",
+        ms(p.loader_ms_per_batch),
+        p.from,
+        ms(p.step_ms),
+        ms(p.workers_exact),
+        p.workers
+    );
+    if p.measured.len() > 1 {
+        let seen: Vec<String> = p
+            .measured
+            .iter()
+            .map(|m| format!("{} {}", m.condition, waits(m.wait_share, m.input_bound)))
+            .collect();
+        let outcome = match p.confirmed {
+            Some(true) => "; the prediction holds",
+            Some(false) => "; the measurements do not bear the prediction out",
+            None => "",
+        };
+        let _ = write!(out, " Measured: {}{outcome}.", seen.join(", "));
+    }
+}
+
 /// A threshold as the setting reads: 0.5 → "50 %" (a set value, not a measured figure).
 fn threshold(share: f64) -> String {
     // Rounded to a millionth of a percent, so 0.07 reads "7 %", not "7.000000000000001 %".
@@ -130,6 +187,8 @@ pub fn verdict(a: &Analysis, on_cpu: bool) -> String {
         );
     }
     input_bound(&mut out, a);
+    headroom(&mut out, base);
+    prediction(&mut out, a);
     let idle: Vec<String> = a
         .conditions
         .iter()

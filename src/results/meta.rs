@@ -79,4 +79,26 @@ pub struct ConditionMeta {
     /// classes, 545,098 parameters" (absent in folders written before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The condition's headroom run (`protocol.headroom`), absent when none ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headroom: Option<HeadroomRecord>,
+}
+
+/// A headroom run as measured: the step trained on `batches` batches already on the device,
+/// replayed for `steps` timed steps; `elapsed_s` runs from the first timed step until the
+/// device finished the last (segment boundaries included).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeadroomRecord {
+    /// Distinct batches replayed.
+    pub batches: usize,
+    pub steps: u64,
+    pub images: u64,
+    pub elapsed_s: f64,
+    /// Every timed step's host time (enqueue time on CUDA), ms.
+    pub step_ms: Vec<f64>,
+    /// The timed steps in consecutive segments, each timed to the device being idle:
+    /// (steps, images, elapsed_s). The ceiling is their median rate, so one slow stretch of a
+    /// short run does not set it.
+    #[serde(default)]
+    pub segments: Vec<(u64, u64, f64)>,
 }

@@ -8,6 +8,7 @@
 //! interrupted or failed run never touches earlier results. Profiled runs never enter the
 //! speed figures.
 
+mod headroom;
 mod profiled;
 pub mod progress;
 mod session;
@@ -197,6 +198,31 @@ pub fn run(
             reporter.profiled(&c.name, &done.trace);
             metas[i].trace = Some(done.trace);
             metas[i].profile_startup_ms = Some(done.startup_ms);
+        }
+    }
+
+    // Headroom runs: batches already on the device, no loader in the loop; never part of the
+    // speed figures. They run with the profiled conditions (all, or a Slurm task's share).
+    if !interrupted && exp.base.protocol.headroom {
+        for (i, c) in exp.conditions.iter().enumerate() {
+            let selected = opts
+                .profile_conditions
+                .as_ref()
+                .is_none_or(|only| only.contains(&i));
+            if !selected {
+                continue;
+            }
+            let trainer = trainers.get(i, &prepared[i])?;
+            match headroom::run(&c.name, &prepared[i], trainer)? {
+                Some(record) => {
+                    reporter.headroom(&c.name, &record);
+                    metas[i].headroom = Some(record);
+                }
+                None => {
+                    interrupted = true;
+                    break;
+                }
+            }
         }
     }
 

@@ -5,7 +5,7 @@
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::plan::PlannedRun;
-use crate::results::{ConditionMeta, RunRecord};
+use crate::results::{ConditionMeta, HeadroomRecord, RunRecord};
 
 /// Terminal output of a run; every method defaults to saying nothing.
 pub trait Reporter: Sync {
@@ -25,6 +25,8 @@ pub trait Reporter: Sync {
     fn run_finished(&self, _run: &PlannedRun, _total_runs: usize, _record: &RunRecord) {}
     /// A profiled run wrote its trace.
     fn profiled(&self, _condition: &str, _trace: &str) {}
+    /// A headroom run finished.
+    fn headroom(&self, _condition: &str, _record: &HeadroomRecord) {}
 }
 
 /// `--quiet`: nothing but errors (which the caller prints) and the final summary.
@@ -78,6 +80,18 @@ impl Reporter for Terminal {
 
     fn profiled(&self, condition: &str, trace: &str) {
         eprintln!("profiled {condition}: {trace}");
+    }
+
+    fn headroom(&self, condition: &str, r: &HeadroomRecord) {
+        let rate = if r.elapsed_s > 0.0 {
+            r.images as f64 / r.elapsed_s
+        } else {
+            0.0
+        };
+        eprintln!(
+            "headroom {condition}: {rate:.1} img/s with data free ({} steps on {} replayed batches)",
+            r.steps, r.batches
+        );
     }
 }
 

@@ -15,7 +15,8 @@ use crate::train::{self, Trainer};
 /// A run in progress: one condition's loader and trainer.
 pub(super) struct Session<'a> {
     pub setup: &'a Setup,
-    pub loader: Loader,
+    /// None once stopped ([`Session::stop_loader`]).
+    loader: Option<Loader>,
     trainer: &'a mut Trainer,
     /// Worker start-up, measured apart from every step.
     pub startup_ms: f64,
@@ -40,7 +41,7 @@ impl<'a> Session<'a> {
         trainer.reset()?;
         Ok(Session {
             setup,
-            loader,
+            loader: Some(loader),
             trainer,
             startup_ms,
             run,
@@ -51,9 +52,17 @@ impl<'a> Session<'a> {
     /// The next batch; a loader failure names the run and condition.
     pub fn next_batch(&mut self) -> Result<&Batch, RunError> {
         let (run, condition) = (&self.run, &self.condition);
-        self.loader
+        let Some(loader) = self.loader.as_mut() else {
+            return Err(loader_error(run, condition, LoaderError::Stopped));
+        };
+        loader
             .next_batch()
             .map_err(|source| loader_error(run, condition, source))
+    }
+
+    /// Stop the loader and join its workers (the headroom run replays batches without it).
+    pub fn stop_loader(&mut self) {
+        self.loader = None;
     }
 
     /// One training step on a batch already on the device. On the CPU it runs on the

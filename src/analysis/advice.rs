@@ -1,0 +1,228 @@
+//! From measurement to advice: the ceiling each condition would reach if data were free (its
+//! headroom run), the bound the waiting share puts on any loader speed-up, and the worker
+//! count the stage costs predict, checked against the conditions the matrix holds.
+//!
+//! Invariant: every figure comes from the results folder (run.json's headroom records, the
+//! profiled traces, the step rows), so `report` and `verify` recompute it.
+
+use serde::{Deserialize, Serialize};
+
+use super::profile::ProfileSummary;
+use super::{ConditionSummary, InputBound, median};
+use crate::config::Settings;
+use crate::plan::PlanCondition;
+use crate::results::{ComputeDevice, HeadroomRecord, RunMeta};
+use crate::spans;
+
+/// The throughput if data were free, from a condition's headroom run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Headroom {
+    /// Images over elapsed time: the median of the headroom run's segments (each timed to the
+    /// device being idle).
+    pub img_per_s: f64,
+    /// Elapsed time per step, ms (the median segment's): the step without any waiting.
+    pub step_ms: f64,
+    /// Median host time of its steps, ms (enqueue time on CUDA).
+    pub step_median_ms: f64,
+    /// The condition's measured median img/s over the ceiling.
+    pub share_of_ceiling: f64,
+}
+
+impl Headroom {
+    pub fn from_record(r: &HeadroomRecord, measured_img_per_s: f64) -> Option<Headroom> {
+        if r.elapsed_s <= 0.0 || r.steps == 0 {
+            return None;
+        }
+        // The median segment's rate and step time (folders written before segments: the
+        // whole run as one segment).
+        let whole = [(r.steps, r.images, r.elapsed_s)];
+        let segments = if r.segments.is_empty() {
+            &whole[..]
+        } else {
+            &r.segments[..]
+        };
+        let rates: Vec<f64> = segments
+            .iter()
+            .filter(|s| s.2 > 0.0)
+            .map(|s| s.1 as f64 / s.2)
+            .collect();
+        let steps_ms: Vec<f64> = segments
+            .iter()
+            .filter(|s| s.0 > 0)
+            .map(|s| s.2 * 1e3 / s.0 as f64)
+            .collect();
+        let img_per_s = median(&rates);
+        Some(Headroom {
+            img_per_s,
+            step_ms: median(&steps_ms),
+            step_median_ms: median(&r.step_ms),
+            share_of_ceiling: measured_img_per_s / img_per_s,
+        })
+    }
+}
+
+/// 1 / (1 − waiting share): the most any change to the loader can speed a condition up, since
+/// at best it removes all the waiting (loadtune's bound).
+pub fn wait_bound(wait_share: f64) -> f64 {
+    if wait_share.is_finite() && wait_share < 1.0 {
+        1.0 / (1.0 - wait_share.max(0.0))
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// A measured neighbour of the prediction: a condition differing only in its worker count.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PredictionCheck {
+    pub condition: String,
+    pub workers: u64,
+    pub wait_share: f64,
+    pub input_bound: InputBound,
+}
+
+/// Workers needed ≈ loader time per batch ÷ step time without waiting.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorkerPrediction {
+    /// The condition whose costs it uses: of those sharing the baseline's settings but for
+    /// the worker count, the one with the fewest workers (its batch building competes least).
+    pub from: String,
+    /// Mean `build_batch` span of its profiled run, ms: one batch's loader work on one thread.
+    pub loader_ms_per_batch: f64,
+    /// Its headroom run's elapsed time per step, ms.
+    pub step_ms: f64,
+    /// loader_ms_per_batch / step_ms.
+    pub workers_exact: f64,
+    /// ⌈workers_exact⌉, at least 1, within `cap` when there is one.
+    pub workers: u64,
+    /// On the CPU: the cores left beside the training step's compute threads (at least 1);
+    /// more workers than this compete with training. None on a GPU.
+    pub cap: Option<u64>,
+    /// The prediction was cut to `cap`.
+    pub capped: bool,
+    /// Every condition that differs from `from` only in the worker count, by worker count.
+    pub measured: Vec<PredictionCheck>,
+    /// Whether the measurements bear it out: the nearest count at or above the prediction is
+    /// not input-bound and the nearest below it is. None without both neighbours.
+    pub confirmed: Option<bool>,
+}
+
+/// Two conditions' settings are equal but for `loader.workers`.
+pub fn same_but_workers(a: &Settings, b: &Settings) -> bool {
+    let mut b = b.clone();
+    b.loader.workers = a.loader.workers;
+    *a == b
+}
+
+/// The prediction for the baseline's pipeline, when its headroom run and a profiled
+/// `build_batch` are at hand.
+pub fn predict(
+    plan: &[PlanCondition],
+    summaries: &[ConditionSummary],
+    profiles: &[ProfileSummary],
+    meta: &RunMeta,
+    baseline: &str,
+) -> Option<WorkerPrediction> {
+    let base = plan.iter().find(|c| c.name == baseline)?;
+    let family: Vec<&PlanCondition> = plan
+        .iter()
+        .filter(|c| same_but_workers(&base.config, &c.config))
+        .collect();
+    let from = family
+        .iter()
+        .filter(|c| {
+            summaries
+                .iter()
+                .any(|s| s.condition == c.name && s.headroom.is_some())
+        })
+        .min_by_key(|c| c.config.loader.workers)?;
+    let summary = summaries.iter().find(|s| s.condition == from.name)?;
+    let step_ms = summary.headroom.as_ref()?.step_ms;
+    let loader_ms_per_batch = profiles
+        .iter()
+        .find(|p| p.condition == from.name)?
+        .rows
+        .iter()
+        .find(|r| r.span == spans::BUILD_BATCH)?
+        .mean_ms;
+    if !(step_ms > 0.0 && loader_ms_per_batch.is_finite()) {
+        return None;
+    }
+    let workers_exact = loader_ms_per_batch / step_ms;
+    let wanted = (workers_exact.ceil() as u64).max(1);
+    let cm = meta.condition(&from.name)?;
+    let cap = (cm.compute_device == ComputeDevice::Cpu).then(|| {
+        (meta.environment.cores as u64)
+            .saturating_sub(cm.cpu_threads as u64)
+            .max(1)
+    });
+    let workers = cap.map_or(wanted, |c| wanted.min(c));
+    let mut measured: Vec<PredictionCheck> = family
+        .iter()
+        .filter_map(|c| {
+            let s = summaries.iter().find(|s| s.condition == c.name)?;
+            Some(PredictionCheck {
+                condition: c.name.clone(),
+                workers: c.config.loader.workers,
+                wait_share: s.wait_share,
+                input_bound: s.judgement.input_bound,
+            })
+        })
+        .collect();
+    measured.sort_by_key(|m| m.workers);
+    let below = measured.iter().rev().find(|m| m.workers < workers);
+    let at_or_above = measured.iter().find(|m| m.workers >= workers);
+    let confirmed = match (below, at_or_above) {
+        (Some(b), Some(a)) => {
+            Some(a.input_bound == InputBound::Not && b.input_bound != InputBound::Not)
+        }
+        _ => None,
+    };
+    Some(WorkerPrediction {
+        from: from.name.clone(),
+        loader_ms_per_batch,
+        step_ms,
+        workers_exact,
+        workers,
+        cap,
+        capped: workers < wanted,
+        measured,
+        confirmed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bound_is_what_removing_every_wait_gives() {
+        assert_eq!(wait_bound(0.0), 1.0);
+        assert_eq!(wait_bound(0.5), 2.0);
+        assert!((wait_bound(0.8) - 5.0).abs() < 1e-12);
+        assert!(wait_bound(1.0).is_infinite());
+    }
+
+    #[test]
+    fn headroom_is_images_over_elapsed() {
+        let r = HeadroomRecord {
+            batches: 4,
+            steps: 10,
+            images: 640,
+            elapsed_s: 0.5,
+            step_ms: vec![50.0; 10],
+            segments: vec![],
+        };
+        let h = Headroom::from_record(&r, 640.0).unwrap();
+        assert_eq!(h.img_per_s, 1280.0);
+        assert_eq!(h.step_ms, 50.0);
+        assert_eq!(h.share_of_ceiling, 0.5);
+        // With segments, one slow stretch does not set the ceiling.
+        let r = HeadroomRecord {
+            segments: vec![(3, 192, 0.15), (3, 192, 0.6), (4, 256, 0.2)],
+            ..r
+        };
+        let h = Headroom::from_record(&r, 640.0).unwrap();
+        assert_eq!(h.img_per_s, 1280.0);
+        assert_eq!(h.step_ms, 50.0);
+    }
+}
