@@ -21,3 +21,55 @@ pub const GPU_H2D: &str = "gpu_h2d_copy";
 pub const GPU_STEP: &str = "gpu_step_kernels";
 /// The training-step spans, in step order.
 pub const STEP_SPANS: [&str; 3] = [BATCH_WAIT, H2D_TRANSFER, FORWARD_BACKWARD_ADAM];
+
+/// Loader span on a worker's track: waiting for a free batch buffer, i.e. every batch it may
+/// have in flight is built and waiting to be consumed (its queue is full).
+pub const QUEUE_FULL: &str = "queue_full";
+/// Loader stage span: reading one image (and decoding it, for encoded data).
+pub const READ_DECODE: &str = "read_decode";
+/// Loader stage span: to_tensor and normalize, writing the image into the batch buffer.
+pub const TO_TENSOR_INTO_BATCH: &str = "to_tensor_into_batch";
+/// Loader stage span: the batch's fingerprint (once per batch).
+pub const FINGERPRINT: &str = "fingerprint";
+/// In a profiled run, one image in this many gets a span per stage (timing every image would
+/// cost more than the small stages it times).
+pub const STAGE_SAMPLE: usize = 8;
+
+/// The span of one stage of the loader: reading, a transform op (by its op name), to_tensor
+/// into the batch, or the fingerprint. tracing names spans at compile time, so each stage has
+/// its own call site here.
+pub fn stage_span(stage: &'static str) -> tracing::Span {
+    macro_rules! stages {
+        ($($name:literal),* $(,)?) => {
+            match stage {
+                $($name => tracing::info_span!($name),)*
+                _ => tracing::info_span!("stage", name = stage),
+            }
+        };
+    }
+    stages!(
+        "read_decode",
+        "to_tensor_into_batch",
+        "fingerprint",
+        "random_resized_crop",
+        "random_rotation",
+        "random_horizontal_flip",
+        "random_vertical_flip",
+        "resize",
+        "center_crop",
+        "random_crop",
+        "color_jitter",
+        "grayscale",
+        "random_grayscale",
+        "cpu_work",
+    )
+}
+
+/// Every stage span name, in pipeline order of kind (read, ops, to_tensor, fingerprint) and
+/// the queue wait, as analysis lists them.
+pub fn is_stage(name: &str) -> bool {
+    matches!(
+        name,
+        READ_DECODE | TO_TENSOR_INTO_BATCH | FINGERPRINT | QUEUE_FULL
+    ) || crate::config::TransformSpec::ops().contains(&name)
+}

@@ -1,4 +1,6 @@
-//! From measurement to advice, with planted answers. The timing tests run one at a time (a lock), so
+//! From measurement to advice, with planted answers: `cpu_work` makes a known loader cost;
+//! the classification, the headroom ceiling, the stage table and the worker prediction must
+//! find what was planted. The timing tests run one at a time (a lock), so
 //! they do not share the two cores with each other.
 
 use std::path::{Path, PathBuf};
@@ -47,6 +49,34 @@ threads = 1
     )
 }
 
+const SEED_CHAIN: &str = r#"
+[[transforms]]
+op = "random_resized_crop"
+size = 28
+scale = [0.75, 1.0]
+
+[[transforms]]
+op = "to_tensor"
+"#;
+
+fn with_cpu_work(us: f64) -> String {
+    format!(
+        r#"
+[[transforms]]
+op = "random_resized_crop"
+size = 28
+scale = [0.75, 1.0]
+
+[[transforms]]
+op = "cpu_work"
+us = {us}
+
+[[transforms]]
+op = "to_tensor"
+"#
+    )
+}
+
 fn run(dir: &Path, name: &str, text: &str) -> PathBuf {
     let file = dir.join(format!("{name}.toml"));
     std::fs::write(&file, text).unwrap();
@@ -77,6 +107,107 @@ fn condition<'a>(r: &'a Value, name: &str) -> &'a Value {
         .iter()
         .find(|c| c["condition"] == name)
         .unwrap_or_else(|| panic!("{name} not in {r}"))
+}
+
+/// The median compute time per step (ms) of this machine's step on the test model, measured.
+fn compute_ms(dir: &Path) -> f64 {
+    let out = run(
+        dir,
+        "calibrate",
+        &experiment(
+            "calibrate",
+            SEED_CHAIN,
+            "[protocol]\nwarmup_steps = 3\ntimed_steps = 15\nrounds = 1\nprofile = false\nheadroom = false\n",
+        ),
+    );
+    condition(&result(&out), "default")["compute_median_ms"]
+        .as_f64()
+        .unwrap()
+}
+
+#[test]
+fn a_planted_loader_cost_is_classified_and_predicted() {
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let compute = compute_ms(dir.path());
+    // Loader work per batch ≈ 0.6 of the step's compute: at 0 workers it is waited for every
+    // step (highly input-bound), one worker hides it, so one worker is the answer on 2 cores.
+    let us = (0.6 * compute * 1e3 / 16.0).max(50.0);
+    let text = experiment(
+        "planted",
+        &with_cpu_work(us),
+        "[protocol]\nwarmup_steps = 3\ntimed_steps = 15\nrounds = 3\nprofile_steps = 6\nheadroom_steps = 10\n\n[matrix]\n\"loader.workers\" = [0, 1]\n",
+    );
+    let out = run(dir.path(), "planted", &text);
+    let r = result(&out);
+    let zero = condition(&r, "workers=0");
+    let one = condition(&r, "workers=1");
+    assert_eq!(zero["judgement"]["input_bound"], "highly", "{zero}");
+    assert_eq!(one["judgement"]["input_bound"], "not", "{one}");
+    assert_eq!(zero["judgement"]["thresholds"]["highly_input_bound"], 0.2);
+
+    // The ceiling: the headroom run's step is the compute alone, so workers=0 reached well
+    // under it and workers=1 close to it.
+    let share0 = zero["headroom"]["share_of_ceiling"].as_f64().unwrap();
+    let share1 = one["headroom"]["share_of_ceiling"].as_f64().unwrap();
+    assert!(share0 < 0.8, "workers=0 reached {share0} of its ceiling");
+    assert!(share1 > 0.7, "workers=1 reached {share1} of its ceiling");
+    let bound = zero["speedup_bound"].as_f64().unwrap();
+    let wait = zero["wait_share"].as_f64().unwrap();
+    assert!((bound - 1.0 / (1.0 - wait)).abs() < 1e-9);
+
+    // The stage table finds the planted cost under its own name.
+    let profile = r["analysis"]["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["condition"] == "workers=0")
+        .unwrap();
+    let stages = profile["stages"].as_array().unwrap();
+    let names: Vec<&str> = stages
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    for want in [
+        "read_decode",
+        "random_resized_crop",
+        "cpu_work",
+        "to_tensor_into_batch",
+        "fingerprint",
+        "other",
+    ] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    let planted = stages.iter().find(|s| s["stage"] == "cpu_work").unwrap();
+    let measured = planted["us_per_image"].as_f64().unwrap();
+    assert!(
+        measured >= 0.9 * us && measured <= 3.0 * us,
+        "cpu_work measured {measured} µs per image for {us} planted"
+    );
+    assert!(planted["share"].as_f64().unwrap() > 0.5, "{planted}");
+
+    // The prediction: about 0.6 of a worker → 1, and the matrix bears it out.
+    let p = &r["analysis"]["prediction"];
+    assert_eq!(p["from"], "workers=0");
+    assert_eq!(p["workers"], 1, "{p}");
+    assert_eq!(p["confirmed"], true, "{p}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for want in [
+        "Input-bound (TensorFlow Profiler's classes",
+        "## Headroom: the throughput if data were free",
+        "### Loader stages",
+        "Prediction:",
+        "the prediction holds",
+    ] {
+        assert!(report.contains(want), "report lacks {want:?}");
+    }
+    assert!(out.join("charts/stages.svg").is_file());
+    let verify = loaderlab().arg("verify").arg(&out).output().unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
 }
 
 #[test]

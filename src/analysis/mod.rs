@@ -15,7 +15,7 @@ mod tables;
 
 pub use advice::{Headroom, PredictionCheck, WorkerPrediction, same_but_workers, wait_bound};
 pub use judge::{InputBound, Judgement, LoaderVerdict, Thresholds};
-pub use profile::{ProfileSummary, SpanRow};
+pub use profile::{ProfileSummary, SpanRow, StageCost};
 pub use stats::{BOOTSTRAP_RESAMPLES, CONFIDENCE, Estimate, bootstrap, median, quantile};
 pub use tables::{summary_frame, write_tables};
 

@@ -21,6 +21,20 @@ pub struct SpanRow {
     pub share: f64,
 }
 
+/// One stage of the loader's work, from the stage spans of a profiled run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StageCost {
+    /// `read_decode`, an op name, `to_tensor_into_batch`, `fingerprint`, `queue_full`, or
+    /// `other` (the rest of `build_batch`: the loop, labels, prefetch hints).
+    pub stage: String,
+    /// Spans measured (a sample of images for per-image stages, every batch for the others).
+    pub count: usize,
+    /// Mean µs per image (per-batch stages divided by the batch size).
+    pub us_per_image: f64,
+    /// Share of the loader's time per batch (`build_batch` + `queue_full`).
+    pub share: f64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ProfileSummary {
     pub condition: String,
@@ -28,6 +42,67 @@ pub struct ProfileSummary {
     pub bytes: u64,
     pub window_ms: f64,
     pub rows: Vec<SpanRow>,
+    /// The loader's stages, in the order they run.
+    #[serde(default)]
+    pub stages: Vec<StageCost>,
+}
+
+/// Per-image stages first (in pipeline order), then the per-batch ones.
+fn stage_costs(rows: &[SpanRow], batch_size: usize) -> Vec<StageCost> {
+    let loader_rows: Vec<&SpanRow> = rows
+        .iter()
+        .filter(|r| r.track != trace::GPU_TRACK)
+        .collect();
+    let mean_of = |name: &str| {
+        loader_rows
+            .iter()
+            .find(|r| r.span == name)
+            .map_or(0.0, |r| r.mean_ms)
+    };
+    let build_ms = mean_of(trace::BUILD_BATCH);
+    let loader_ms = build_ms + mean_of(trace::QUEUE_FULL);
+    if batch_size == 0 || loader_ms <= 0.0 {
+        return Vec::new();
+    }
+    let per_batch = |name: &str| matches!(name, trace::FINGERPRINT | trace::QUEUE_FULL);
+    let mut stages: Vec<StageCost> = Vec::new();
+    let mut inside_build_ms = 0.0;
+    for r in loader_rows.iter().filter(|r| trace::is_stage(&r.span)) {
+        let batch_ms = if per_batch(&r.span) {
+            r.mean_ms
+        } else {
+            r.mean_ms * batch_size as f64
+        };
+        if r.span != trace::QUEUE_FULL {
+            inside_build_ms += batch_ms;
+        }
+        stages.push(StageCost {
+            stage: r.span.clone(),
+            count: r.count,
+            us_per_image: batch_ms * 1e3 / batch_size as f64,
+            share: batch_ms / loader_ms,
+        });
+    }
+    if stages.is_empty() {
+        return stages;
+    }
+    // The per-batch fingerprint, then the queue wait, after the per-image stages.
+    stages.sort_by_key(|s| (per_batch(&s.stage), s.stage == trace::QUEUE_FULL));
+    let other_ms = (build_ms - inside_build_ms).max(0.0);
+    let at = stages
+        .iter()
+        .position(|s| s.stage == trace::QUEUE_FULL)
+        .unwrap_or(stages.len());
+    stages.insert(
+        at,
+        StageCost {
+            stage: "other".into(),
+            count: 0,
+            us_per_image: other_ms * 1e3 / batch_size as f64,
+            share: other_ms / loader_ms,
+        },
+    );
+    stages
 }
 
 /// Span statistics from each condition's Chrome trace.
@@ -40,11 +115,18 @@ pub(super) fn profile_summaries(raw: &Raw) -> Vec<ProfileSummary> {
             let path = raw.dir.join(&file);
             let bytes = std::fs::metadata(&path).ok()?.len();
             let (window_ms, rows) = summarise_trace(&path).ok()?;
+            let batch_size = raw
+                .plan
+                .conditions
+                .iter()
+                .find(|p| p.name == c.name)
+                .map_or(0, |p| p.config.loader.batch_size as usize);
             Some(ProfileSummary {
                 condition: c.name.clone(),
                 file,
                 bytes,
                 window_ms,
+                stages: stage_costs(&rows, batch_size),
                 rows,
             })
         })

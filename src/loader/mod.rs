@@ -167,7 +167,15 @@ impl Builder {
         }
     }
 
-    fn build(&mut self, source: &Source, k: u64, batch: &mut Batch) -> Result<(), DataError> {
+    /// Build batch `k`; `profiling`: a sample of its images is timed stage by stage in trace
+    /// spans (a profiled run only).
+    fn build(
+        &mut self,
+        source: &Source,
+        k: u64,
+        batch: &mut Batch,
+        profiling: bool,
+    ) -> Result<(), DataError> {
         let shape = source.pipeline.output_shape();
         let plane = shape.len();
         let (epoch, indices) = self.sampler.batch(k);
@@ -189,18 +197,24 @@ impl Builder {
             if let Some(&next) = indices.get(slot + 1) {
                 source.dataset.prefetch(next as usize);
             }
+            let staged = profiling && slot % spans::STAGE_SAMPLE == 0;
             let i = i as usize;
-            let input = source.dataset.read_image(i, &mut self.pixels)?;
+            let input = {
+                let _stage = staged.then(|| spans::stage_span(spans::READ_DECODE).entered());
+                source.dataset.read_image(i, &mut self.pixels)?
+            };
             batch.labels[slot] = source.dataset.label(i) as u32;
-            source.pipeline.apply_shaped(
+            source.pipeline.apply_staged(
                 &self.pixels,
                 input,
                 epoch,
                 i as u64,
                 &mut self.scratch,
                 &mut images[slot * plane..(slot + 1) * plane],
+                staged,
             );
         }
+        let _stage = profiling.then(|| spans::stage_span(spans::FINGERPRINT).entered());
         let mut fp = Fingerprint::default();
         fp.floats(batch.images());
         fp.labels(batch.labels());
@@ -219,8 +233,11 @@ impl Builder {
         batch: &mut Batch,
     ) -> Result<(), LoaderError> {
         let built = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let _span = tracing::info_span!(spans::BUILD_BATCH, batch = k).entered();
-            self.build(source, k, batch)
+            let span = tracing::info_span!(spans::BUILD_BATCH, batch = k);
+            // Only a profiled run records spans: then a sample of images is timed by stage.
+            let profiling = !span.is_disabled();
+            let _span = span.entered();
+            self.build(source, k, batch, profiling)
         }));
         match built {
             Ok(Ok(())) => Ok(()),

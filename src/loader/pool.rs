@@ -9,6 +9,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 
 use super::{Batch, Builder, LoaderError, Source};
+use crate::spans;
 
 pub(super) struct Worker {
     free: Option<Sender<Batch>>,
@@ -139,7 +140,12 @@ pub(super) fn worker_main(
         if end.is_some_and(|e| k >= e) {
             return;
         }
-        let Ok(mut batch) = free.recv() else { return };
+        let free_buffer = {
+            // Blocks while every buffer this worker may fill is built and not yet consumed.
+            let _span = tracing::info_span!(spans::QUEUE_FULL).entered();
+            free.recv()
+        };
+        let Ok(mut batch) = free_buffer else { return };
         let message = builder
             .build_caught(source, Some(w), k, &mut batch)
             .map(|()| batch);

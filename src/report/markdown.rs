@@ -441,6 +441,7 @@ fn profiles(raw: &Raw, a: &Analysis) -> String {
          and each loader worker has its own `loader-worker-N` track with one `build_batch` span per batch.\n\n",
         raw.plan.experiment.profile_steps
     );
+    md.push_str(&stages(a));
     for prof in &a.profiles {
         let _ = writeln!(
             md,
@@ -459,7 +460,11 @@ fn profiles(raw: &Raw, a: &Analysis) -> String {
             ("mean, ms", Right),
             ("share of window", Right),
         ]);
-        for r in &prof.rows {
+        // The per-image stage spans are in the stage table above.
+        let listed = |r: &&crate::analysis::SpanRow| {
+            !crate::spans::is_stage(&r.span) || r.span == crate::spans::QUEUE_FULL
+        };
+        for r in prof.rows.iter().filter(listed) {
             t.row([
                 r.track.clone(),
                 format!("`{}`", r.span),
@@ -472,6 +477,54 @@ fn profiles(raw: &Raw, a: &Analysis) -> String {
         let _ = writeln!(md, "{}", t.render());
     }
     md
+}
+
+/// The loader's cost per stage, every profiled condition side by side.
+fn stages(a: &Analysis) -> String {
+    let profiled: Vec<_> = a.profiles.iter().filter(|p| !p.stages.is_empty()).collect();
+    if profiled.is_empty() {
+        return String::new();
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for p in &profiled {
+        for s in &p.stages {
+            if !names.contains(&s.stage.as_str()) {
+                names.push(&s.stage);
+            }
+        }
+    }
+    let mut columns = vec![("stage".to_string(), Left)];
+    columns.extend(
+        profiled
+            .iter()
+            .map(|p| (format!("`{}`: µs per image (share)", p.condition), Right)),
+    );
+    let mut t = Table::new(columns);
+    for name in names {
+        let mut row = vec![format!("`{name}`")];
+        for p in &profiled {
+            row.push(
+                p.stages
+                    .iter()
+                    .find(|s| s.stage == name)
+                    .map_or("–".into(), |s| {
+                        format!("{} ({})", ms(s.us_per_image), pct(s.share))
+                    }),
+            );
+        }
+        t.row(row);
+    }
+    format!(
+        "### Loader stages\n\nWhere the loader's time goes, per image: reading and decoding, \
+         each transform op, `to_tensor` (with `normalize`) into the batch buffer, the batch's \
+         fingerprint, the rest of `build_batch` (`other`), and `queue_full`, the time a worker \
+         sat blocked because every batch it may have in flight was waiting to be consumed. Shares \
+         are of the loader's time per batch (`build_batch` + `queue_full`). Per-image stages are \
+         timed on one image in {} (each a span inside `build_batch` on the worker's track), \
+         per-batch ones on every batch.\n\n{}\n",
+        crate::spans::STAGE_SAMPLE,
+        t.render()
+    )
 }
 
 fn warnings(raw: &Raw, a: &Analysis) -> String {

@@ -22,6 +22,7 @@ pub use rotate::rotate_nearest;
 use crate::config::{PaddingMode, Size, TransformSpec, chain_output, resize_output};
 use crate::hash::{SplitMix64, splitmix as mix};
 use crate::shape::{ImageShape, Padding};
+use crate::spans;
 
 /// The RNG for one sample: a function of (seed, epoch, index) only.
 pub fn sample_rng(seed: u64, epoch: u64, index: u64) -> SplitMix64 {
@@ -220,6 +221,8 @@ impl PixelOp {
 pub struct Pipeline {
     specs: Vec<TransformSpec>,
     ops: Vec<PixelOp>,
+    /// Each of `ops`' op names (its stage span in a profiled run).
+    op_names: Vec<&'static str>,
     /// Per-channel (mean, std) applied after to_tensor, if any.
     normalize: Option<Vec<(f32, f32)>>,
     seed: u64,
@@ -263,6 +266,11 @@ impl Pipeline {
         Pipeline {
             specs: specs.to_vec(),
             ops: specs.iter().filter_map(PixelOp::compile).collect(),
+            op_names: specs
+                .iter()
+                .filter(|s| PixelOp::compile(s).is_some())
+                .map(TransformSpec::op_name)
+                .collect(),
             normalize,
             seed,
             input,
@@ -307,12 +315,12 @@ impl Pipeline {
         index: u64,
         scratch: &'s mut Scratch,
     ) -> (&'s [u8], SampleParams) {
-        let shape = self.run_ops(src, input, epoch, index, scratch);
+        let shape = self.run_ops(src, input, epoch, index, scratch, false);
         (&scratch.a[..shape.len()], scratch.params.clone())
     }
 
     /// The pixel ops on `src`, leaving the result in `scratch.a` and the parameters drawn in
-    /// `scratch.params`; returns the result's shape.
+    /// `scratch.params`; returns the result's shape. `staged`: each op inside its stage span.
     fn run_ops(
         &self,
         src: &[u8],
@@ -320,13 +328,15 @@ impl Pipeline {
         epoch: u64,
         index: u64,
         scratch: &mut Scratch,
+        staged: bool,
     ) -> ImageShape {
         let mut rng = sample_rng(self.seed, epoch, index);
         scratch.params.ops.clear();
         let mut shape = input;
         scratch.a.clear();
         scratch.a.extend_from_slice(&src[..shape.len()]);
-        for op in &self.ops {
+        for (op, name) in self.ops.iter().zip(&self.op_names) {
+            let _stage = staged.then(|| spans::stage_span(name).entered());
             shape = apply_op(op, shape, &mut rng, scratch);
         }
         shape
@@ -356,8 +366,25 @@ impl Pipeline {
         scratch: &'s mut Scratch,
         out: &mut [f32],
     ) -> &'s SampleParams {
+        self.apply_staged(src, input, epoch, index, scratch, out, false)
+    }
+
+    /// [`Pipeline::apply_shaped`], with each stage (every op, then to_tensor into `out`) inside
+    /// its own trace span when `staged` (a profiled run's sampled images).
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_staged<'s>(
+        &self,
+        src: &[u8],
+        input: ImageShape,
+        epoch: u64,
+        index: u64,
+        scratch: &'s mut Scratch,
+        out: &mut [f32],
+        staged: bool,
+    ) -> &'s SampleParams {
         let plane = self.output.plane();
-        let shape = self.run_ops(src, input, epoch, index, scratch);
+        let shape = self.run_ops(src, input, epoch, index, scratch, staged);
+        let _stage = staged.then(|| spans::stage_span(spans::TO_TENSOR_INTO_BATCH).entered());
         let pixels = &scratch.a[..shape.len()];
         assert_eq!(
             pixels.len(),

@@ -1,9 +1,10 @@
 //! The report's charts, drawn with plotters to SVG and PNG with an embedded font (no system
 //! fonts are assumed), one file per chart over a shared [`style`]: throughput per condition,
 //! the batch-wait distribution, the first timed steps as a timeline, and step time over each
-//! run. [`CHARTS`] lists every chart's name (= file name) and caption once.
+//! run, and the loader's cost per stage. [`CHARTS`] lists every chart's name (= file name) and caption once.
 
 mod batch_wait;
+mod stages;
 mod step_time;
 pub(crate) mod style;
 mod throughput;
@@ -25,7 +26,7 @@ pub struct ChartSpec {
 }
 
 /// Every chart, in report order.
-pub const CHARTS: [ChartSpec; 4] = [
+pub const CHARTS: [ChartSpec; 5] = [
     ChartSpec {
         name: "throughput",
         caption: "Throughput per condition: bar = median of rounds, dots = runs, whisker = 95 % bootstrap CI of the median.",
@@ -41,6 +42,10 @@ pub const CHARTS: [ChartSpec; 4] = [
     ChartSpec {
         name: "step_time",
         caption: "Step time over each timed run.",
+    },
+    ChartSpec {
+        name: "stages",
+        caption: "The loader's time per image by stage, from each profiled run (per-image stages timed on a sample of images; per-batch stages divided by the batch size).",
     },
 ];
 
@@ -135,6 +140,9 @@ pub fn draw_all(
     let wide = (900u32.max(160 * n + 200) + legend, 520u32);
     let mut out = Vec::new();
     for spec in &CHARTS {
+        if spec.name == "stages" && stages::stage_names(data).is_empty() {
+            continue;
+        }
         let files = match spec.name {
             "throughput" => render!(dir, spec.name, formats, wide, throughput::draw, data),
             "batch_wait" => render!(dir, spec.name, formats, wide, batch_wait::draw, data),
@@ -146,6 +154,7 @@ pub fn draw_all(
                 timeline::draw,
                 data
             ),
+            "stages" => render!(dir, spec.name, formats, wide, stages::draw, data),
             _ => render!(
                 dir,
                 spec.name,
