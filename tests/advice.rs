@@ -236,3 +236,40 @@ fn the_headroom_ceiling_matches_a_run_with_nothing_to_load() {
     assert_eq!(h["steps"], 20);
     assert_eq!(h["step_ms"].as_array().unwrap().len(), 20);
 }
+
+#[test]
+fn a_model_and_worker_matrix_gets_the_crossover() {
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let text = experiment(
+        "scale",
+        &with_cpu_work(100.0),
+        "[protocol]\nwarmup_steps = 2\ntimed_steps = 8\nrounds = 2\nprofile = false\nheadroom = false\n\n[matrix]\n\"model.width\" = [1, 4]\n\"loader.workers\" = [0, 1]\n",
+    );
+    let out = run(dir.path(), "scale", &text);
+    let r = result(&out);
+    let m = &r["analysis"]["model_scale"];
+    let groups = m["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "{m}");
+    // Ordered by compute: width 4 costs more than width 1.
+    assert_eq!(groups[0]["label"], "model.width=1");
+    assert_eq!(groups[1]["label"], "model.width=4");
+    assert!(groups[0]["compute_ms"].as_f64() < groups[1]["compute_ms"].as_f64());
+    for g in groups {
+        let points = g["points"].as_array().unwrap();
+        assert_eq!(points.len(), 2);
+        assert!(points[0]["speedup"].is_null());
+        assert!(points[1]["speedup"]["point"].as_f64().unwrap() > 0.0);
+        assert!(g["model"].as_str().unwrap().contains("parameters"), "{g}");
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("## Model compute against workers"));
+    assert!(report.contains("Model compute against workers:"));
+    assert!(out.join("charts/model_scale.svg").is_file());
+    assert!(out.join("charts/model_scale.png").is_file());
+    // The setup names each condition's model and its parameter count.
+    assert!(
+        report.contains("`width=4,workers=0`: SmallCNN"),
+        "setup table"
+    );
+}

@@ -9,6 +9,7 @@ mod advice;
 mod checks;
 mod judge;
 mod profile;
+mod scale;
 mod stats;
 mod steps;
 mod tables;
@@ -16,6 +17,7 @@ mod tables;
 pub use advice::{Headroom, PredictionCheck, WorkerPrediction, same_but_workers, wait_bound};
 pub use judge::{InputBound, Judgement, LoaderVerdict, Thresholds};
 pub use profile::{ProfileSummary, SpanRow, StageCost};
+pub use scale::{ModelScale, ScaleGroup, ScalePoint};
 pub use stats::{BOOTSTRAP_RESAMPLES, CONFIDENCE, Estimate, bootstrap, median, quantile};
 pub use tables::{summary_frame, write_tables};
 
@@ -154,6 +156,9 @@ pub struct Analysis {
     pub profiles: Vec<ProfileSummary>,
     /// Workers the baseline's stage costs call for, checked against the matrix.
     pub prediction: Option<WorkerPrediction>,
+    /// Where extra workers stop paying as model compute grows (a matrix over a model setting
+    /// and the worker count).
+    pub model_scale: Option<ModelScale>,
     pub warnings: Vec<String>,
 }
 
@@ -207,6 +212,13 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
         &raw.meta,
         &baseline,
     );
+    let model_scale = scale::model_scale(
+        &raw.plan.conditions,
+        &conditions,
+        &complete,
+        |name| raw.meta.condition(name).and_then(|c| c.model.clone()),
+        raw.plan.experiment.seed,
+    );
     Ok(Analysis {
         baseline,
         runs,
@@ -214,6 +226,7 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
         determinism,
         profiles,
         prediction,
+        model_scale,
         warnings,
     })
 }
@@ -355,7 +368,6 @@ fn condition_summaries(
             runs: mine.len(),
             workers: c.config.loader.workers as i64,
             img_per_s,
-
             img_per_s_min: stats::min(&values),
             img_per_s_max: stats::max(&values),
             batch_wait_p50_ms: p50,

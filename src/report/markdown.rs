@@ -22,6 +22,7 @@ pub fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> S
         setup(raw),
         results(a),
         headroom(a),
+        model_scale(a),
         runs(a),
         order_and_determinism(a),
         charts_section(charts),
@@ -313,6 +314,45 @@ Each condition's headroom run trains \
         );
     }
     md
+}
+
+/// The model-compute axis: per group, its compute and each worker count's figures.
+fn model_scale(a: &Analysis) -> String {
+    let Some(m) = &a.model_scale else {
+        return String::new();
+    };
+    let mut t = Table::new([
+        ("model setting", Left),
+        ("model", Left),
+        ("compute per step, ms", Right),
+        (
+            "workers: waiting share, speed-up over the fewest (95 % CI)",
+            Left,
+        ),
+    ]);
+    for g in &m.groups {
+        let points: Vec<String> = g
+            .points
+            .iter()
+            .map(|p| {
+                let speed = p.speedup.as_ref().map_or("reference".to_string(), |r| {
+                    format!("{} ({}–{})", ratio(r.point), ratio(r.low), ratio(r.high))
+                });
+                format!("{}: {}, {speed}", p.workers, pct(p.wait_share))
+            })
+            .collect();
+        t.row([
+            format!("`{}`", g.label),
+            g.model.clone().unwrap_or_default(),
+            ms(g.compute_ms),
+            points.join("; "),
+        ]);
+    }
+    format!(
+        "## Model compute against workers\n\nConditions grouped by everything but the worker \
+         count, in order of compute per step (the fewest-workers condition's median).\n\n{}\n",
+        t.render()
+    )
 }
 
 fn runs(a: &Analysis) -> String {

@@ -128,6 +128,57 @@ fn prediction(out: &mut String, a: &Analysis) {
     }
 }
 
+/// Where extra workers stopped paying as the model's compute grew.
+fn model_scale(out: &mut String, a: &Analysis) {
+    let Some(m) = &a.model_scale else { return };
+    let best = |g: &crate::analysis::ScaleGroup| {
+        g.points
+            .iter()
+            .filter_map(|p| p.speedup.as_ref().map(|r| (p, r)))
+            .max_by(|x, y| x.1.point.total_cmp(&y.1.point))
+            .map(|(p, r)| {
+                format!(
+                    "{} is {} ({}–{})",
+                    p.condition,
+                    ratio(r.point),
+                    ratio(r.low),
+                    ratio(r.high)
+                )
+            })
+            .unwrap_or_default()
+    };
+    match m.stops_paying_from {
+        Some(k) => {
+            let g = &m.groups[k];
+            let _ = write!(
+                out,
+                " Model compute against workers: from {} ({} ms of compute per step) the step's \
+                 compute hides the loader: {}.",
+                g.label,
+                ms(g.compute_ms),
+                best(g)
+            );
+        }
+        None if m.groups.iter().all(|g| g.workers_pay) => {
+            let _ = write!(
+                out,
+                " Model compute against workers: extra workers paid at every model size measured \
+                 (up to {}, {} ms of compute per step: {}).",
+                m.groups.last().map_or("", |g| g.label.as_str()),
+                ms(m.groups.last().map_or(f64::NAN, |g| g.compute_ms)),
+                m.groups.last().map(best).unwrap_or_default()
+            );
+        }
+        None => {
+            let _ = write!(
+                out,
+                " Model compute against workers: extra workers paid beyond noise at no model \
+                 size measured."
+            );
+        }
+    }
+}
+
 /// A threshold as the setting reads: 0.5 → "50 %" (a set value, not a measured figure).
 fn threshold(share: f64) -> String {
     // Rounded to a millionth of a percent, so 0.07 reads "7 %", not "7.000000000000001 %".
@@ -189,6 +240,7 @@ pub fn verdict(a: &Analysis, on_cpu: bool) -> String {
     input_bound(&mut out, a);
     headroom(&mut out, base);
     prediction(&mut out, a);
+    model_scale(&mut out, a);
     let idle: Vec<String> = a
         .conditions
         .iter()

@@ -1,9 +1,10 @@
 //! The report's charts, drawn with plotters to SVG and PNG with an embedded font (no system
 //! fonts are assumed), one file per chart over a shared [`style`]: throughput per condition,
 //! the batch-wait distribution, the first timed steps as a timeline, and step time over each
-//! run, and the loader's cost per stage. [`CHARTS`] lists every chart's name (= file name) and caption once.
+//! run, and, for a model-scale matrix, compute against workers. [`CHARTS`] lists every chart's name (= file name) and caption once.
 
 mod batch_wait;
+mod model_scale;
 mod stages;
 mod step_time;
 pub(crate) mod style;
@@ -26,7 +27,7 @@ pub struct ChartSpec {
 }
 
 /// Every chart, in report order.
-pub const CHARTS: [ChartSpec; 5] = [
+pub const CHARTS: [ChartSpec; 6] = [
     ChartSpec {
         name: "throughput",
         caption: "Throughput per condition: bar = median of rounds, dots = runs, whisker = 95 % bootstrap CI of the median.",
@@ -46,6 +47,10 @@ pub const CHARTS: [ChartSpec; 5] = [
     ChartSpec {
         name: "stages",
         caption: "The loader's time per image by stage, from each profiled run (per-image stages timed on a sample of images; per-batch stages divided by the batch size).",
+    },
+    ChartSpec {
+        name: "model_scale",
+        caption: "Model compute against workers (only when the matrix varies a model setting and the worker count): waiting share (top) and speed-up over the fewest workers with its 95 % CI (bottom) against each model setting's compute per step.",
     },
 ];
 
@@ -140,7 +145,12 @@ pub fn draw_all(
     let wide = (900u32.max(160 * n + 200) + legend, 520u32);
     let mut out = Vec::new();
     for spec in &CHARTS {
-        if spec.name == "stages" && stages::stage_names(data).is_empty() {
+        let absent = match spec.name {
+            "model_scale" => data.analysis.model_scale.is_none(),
+            "stages" => stages::stage_names(data).is_empty(),
+            _ => false,
+        };
+        if absent {
             continue;
         }
         let files = match spec.name {
@@ -155,6 +165,14 @@ pub fn draw_all(
                 data
             ),
             "stages" => render!(dir, spec.name, formats, wide, stages::draw, data),
+            "model_scale" => render!(
+                dir,
+                spec.name,
+                formats,
+                (1000 + legend, 720),
+                model_scale::draw,
+                data
+            ),
             _ => render!(
                 dir,
                 spec.name,
