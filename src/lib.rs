@@ -61,6 +61,9 @@ pub mod report;
 // Every figure recomputed and checked.
 pub mod verify;
 
+// Two results folders side by side, with regression gates.
+pub mod compare;
+
 // Task folders → one results folder.
 pub mod merge;
 

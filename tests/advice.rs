@@ -273,3 +273,85 @@ fn a_model_and_worker_matrix_gets_the_crossover() {
         "setup table"
     );
 }
+
+#[test]
+fn compare_passes_a_folder_against_itself_and_fails_a_slowed_copy() {
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let text = experiment(
+        "cmp",
+        SEED_CHAIN,
+        "[protocol]\nwarmup_steps = 2\ntimed_steps = 8\nrounds = 3\nprofile = false\nheadroom = false\n\n[matrix]\n\"loader.workers\" = [0, 1]\n",
+    );
+    let a = run(dir.path(), "cmp", &text);
+    let same = loaderlab()
+        .arg("compare")
+        .arg(&a)
+        .arg(&a)
+        .args([
+            "--fail-if",
+            "img_per_s < -5%",
+            "--fail-if",
+            "batch_wait_ms > +10%",
+        ])
+        .arg("--out")
+        .arg(dir.path().join("same"))
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&same.stdout);
+    assert!(same.status.success(), "{md}");
+    assert!(md.contains("| `workers=1` | 3 / 3 |"), "{md}");
+    assert!(md.contains("passed in every condition"), "{md}");
+    assert!(dir.path().join("same/compare.md").is_file());
+    assert!(dir.path().join("same/compare.json").is_file());
+
+    // The same runs at half the speed: every run's img/s halved, its elapsed time doubled.
+    let slow = dir.path().join("slow");
+    std::fs::create_dir_all(&slow).unwrap();
+    for entry in std::fs::read_dir(&a).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), slow.join(entry.file_name())).unwrap();
+        }
+    }
+    let runs = std::fs::read_to_string(a.join("runs.csv")).unwrap();
+    let mut lines = runs.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| header.iter().position(|h| *h == n).unwrap();
+    let (ips, elapsed) = (col("img_per_s"), col("elapsed_s"));
+    let mut slowed = format!("{}\n", header.join(","));
+    for line in lines {
+        let mut f: Vec<String> = line.split(',').map(str::to_string).collect();
+        f[ips] = (f[ips].parse::<f64>().unwrap() / 2.0).to_string();
+        f[elapsed] = (f[elapsed].parse::<f64>().unwrap() * 2.0).to_string();
+        slowed.push_str(&f.join(","));
+        slowed.push('\n');
+    }
+    std::fs::write(slow.join("runs.csv"), slowed).unwrap();
+    let out = loaderlab()
+        .arg("compare")
+        .arg(&a)
+        .arg(&slow)
+        .args(["--fail-if", "img_per_s < -5%"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("regression: img_per_s < -5% in workers=0"),
+        "{err}"
+    );
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("**failed** in `workers=1`: -50.00 %"), "{md}");
+
+    // A gate that does not parse is an invalid argument.
+    let bad = loaderlab()
+        .arg("compare")
+        .arg(&a)
+        .arg(&a)
+        .args(["--fail-if", "speed < 5"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected FIGURE < CHANGE%"));
+}

@@ -2,6 +2,7 @@
 //! mapping from failure to exit status ([`exit`]). `main` parses, calls [`run`], exits.
 
 mod bench;
+mod compare;
 mod exit;
 mod experiment;
 mod merge;
@@ -115,6 +116,20 @@ enum Command {
         #[arg(value_name = "DIR", required = true)]
         dirs: Vec<PathBuf>,
     },
+    /// Two results folders (before / after a change) side by side: every shared condition's
+    /// img/s, batch wait and device idle with the ratio after / before and its 95 % CI.
+    /// Writes compare.md (and compare.json) into --out when given. Exits 1 when a --fail-if
+    /// gate fails beyond noise.
+    Compare {
+        #[arg(value_name = "BEFORE_DIR")]
+        before: PathBuf,
+        #[arg(value_name = "AFTER_DIR")]
+        after: PathBuf,
+        /// Fail when a figure's change lies past this limit with its whole 95 % CI, e.g.
+        /// "img_per_s < -5%", "batch_wait_ms > +10%", "device_idle > +20%"; repeatable.
+        #[arg(long = "fail-if", value_name = "GATE")]
+        fail_if: Vec<String>,
+    },
     /// Print the expanded conditions and the run order.
     Plan {
         #[arg(value_name = "FILE")]
@@ -162,6 +177,11 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Report { dir } => report::report(&dir),
         Command::Verify { dir } => verify::verify(&dir),
         Command::Merge { dirs } => merge::merge(&dirs, g),
+        Command::Compare {
+            before,
+            after,
+            fail_if,
+        } => compare::compare(&before, &after, &fail_if, g),
         Command::Preview {
             experiment,
             n,
