@@ -61,6 +61,9 @@ pub mod report;
 // Every figure recomputed and checked.
 pub mod verify;
 
+// The search for the cheapest setting within noise of the best.
+pub mod tune;
+
 // Two results folders side by side, with regression gates.
 pub mod compare;
 

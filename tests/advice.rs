@@ -1,6 +1,6 @@
 //! From measurement to advice, with planted answers: `cpu_work` makes a known loader cost;
-//! the classification, the headroom ceiling, the stage table and the worker prediction must
-//! find what was planted. The timing tests run one at a time (a lock), so
+//! the classification, the headroom ceiling, the stage table, the worker prediction, `tune`
+//! and `compare` must find what was planted. The timing tests run one at a time (a lock), so
 //! they do not share the two cores with each other.
 
 use std::path::{Path, PathBuf};
@@ -126,7 +126,7 @@ fn compute_ms(dir: &Path) -> f64 {
 }
 
 #[test]
-fn a_planted_loader_cost_is_classified_and_predicted() {
+fn a_planted_loader_cost_is_classified_predicted_and_tuned() {
     let _turn = serial();
     let dir = tempfile::tempdir().unwrap();
     let compute = compute_ms(dir.path());
@@ -208,6 +208,53 @@ fn a_planted_loader_cost_is_classified_and_predicted() {
         "{}",
         String::from_utf8_lossy(&verify.stdout)
     );
+
+    // tune finds the planted answer from the file with no matrix.
+    let tune_file = dir.path().join("tune.toml");
+    std::fs::write(
+        &tune_file,
+        experiment(
+            "tune_me",
+            &with_cpu_work(us),
+            "[protocol]\nprofile_steps = 6\n",
+        ),
+    )
+    .unwrap();
+    let tuned = dir.path().join("tuned");
+    let output = loaderlab()
+        .args(["tune"])
+        .arg(&tune_file)
+        .args([
+            "--steps", "15", "--warmup", "3", "--rounds", "5", "--quiet", "--out",
+        ])
+        .arg(&tuned)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("chosen: loader.workers = 1"), "{stdout}");
+    let search: Value =
+        serde_json::from_str(&std::fs::read_to_string(tuned.join("search.json")).unwrap()).unwrap();
+    assert_eq!(search["chosen"], 1);
+    assert!(search["trials"].as_array().unwrap().len() >= 2, "{search}");
+    let tuned_toml = std::fs::read_to_string(tuned.join("tuned.toml")).unwrap();
+    assert!(tuned_toml.contains("workers = 1"), "{tuned_toml}");
+    let report = std::fs::read_to_string(tuned.join("report.md")).unwrap();
+    assert!(report.contains("## Search (`loaderlab tune`)"));
+    assert!(report.contains("**Chosen: `loader.workers = 1`**"));
+    loaderlab()
+        .arg("validate")
+        .arg(tuned.join("tuned.toml"))
+        .assert()
+        .success();
+    // The report can be rebuilt from the folder alone, search section included.
+    loaderlab().arg("report").arg(&tuned).assert().success();
+    let rebuilt = std::fs::read_to_string(tuned.join("report.md")).unwrap();
+    assert!(rebuilt.contains("## Search (`loaderlab tune`)"));
 }
 
 #[test]
@@ -235,43 +282,6 @@ fn the_headroom_ceiling_matches_a_run_with_nothing_to_load() {
     let h = &run_json["conditions"][0]["headroom"];
     assert_eq!(h["steps"], 20);
     assert_eq!(h["step_ms"].as_array().unwrap().len(), 20);
-}
-
-#[test]
-fn a_model_and_worker_matrix_gets_the_crossover() {
-    let _turn = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let text = experiment(
-        "scale",
-        &with_cpu_work(100.0),
-        "[protocol]\nwarmup_steps = 2\ntimed_steps = 8\nrounds = 2\nprofile = false\nheadroom = false\n\n[matrix]\n\"model.width\" = [1, 4]\n\"loader.workers\" = [0, 1]\n",
-    );
-    let out = run(dir.path(), "scale", &text);
-    let r = result(&out);
-    let m = &r["analysis"]["model_scale"];
-    let groups = m["groups"].as_array().unwrap();
-    assert_eq!(groups.len(), 2, "{m}");
-    // Ordered by compute: width 4 costs more than width 1.
-    assert_eq!(groups[0]["label"], "model.width=1");
-    assert_eq!(groups[1]["label"], "model.width=4");
-    assert!(groups[0]["compute_ms"].as_f64() < groups[1]["compute_ms"].as_f64());
-    for g in groups {
-        let points = g["points"].as_array().unwrap();
-        assert_eq!(points.len(), 2);
-        assert!(points[0]["speedup"].is_null());
-        assert!(points[1]["speedup"]["point"].as_f64().unwrap() > 0.0);
-        assert!(g["model"].as_str().unwrap().contains("parameters"), "{g}");
-    }
-    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(report.contains("## Model compute against workers"));
-    assert!(report.contains("Model compute against workers:"));
-    assert!(out.join("charts/model_scale.svg").is_file());
-    assert!(out.join("charts/model_scale.png").is_file());
-    // The setup names each condition's model and its parameter count.
-    assert!(
-        report.contains("`width=4,workers=0`: SmallCNN"),
-        "setup table"
-    );
 }
 
 #[test]
@@ -354,4 +364,41 @@ fn compare_passes_a_folder_against_itself_and_fails_a_slowed_copy() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("expected FIGURE < CHANGE%"));
+}
+
+#[test]
+fn a_model_and_worker_matrix_gets_the_crossover() {
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let text = experiment(
+        "scale",
+        &with_cpu_work(100.0),
+        "[protocol]\nwarmup_steps = 2\ntimed_steps = 8\nrounds = 2\nprofile = false\nheadroom = false\n\n[matrix]\n\"model.width\" = [1, 4]\n\"loader.workers\" = [0, 1]\n",
+    );
+    let out = run(dir.path(), "scale", &text);
+    let r = result(&out);
+    let m = &r["analysis"]["model_scale"];
+    let groups = m["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "{m}");
+    // Ordered by compute: width 4 costs more than width 1.
+    assert_eq!(groups[0]["label"], "model.width=1");
+    assert_eq!(groups[1]["label"], "model.width=4");
+    assert!(groups[0]["compute_ms"].as_f64() < groups[1]["compute_ms"].as_f64());
+    for g in groups {
+        let points = g["points"].as_array().unwrap();
+        assert_eq!(points.len(), 2);
+        assert!(points[0]["speedup"].is_null());
+        assert!(points[1]["speedup"]["point"].as_f64().unwrap() > 0.0);
+        assert!(g["model"].as_str().unwrap().contains("parameters"), "{g}");
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("## Model compute against workers"));
+    assert!(report.contains("Model compute against workers:"));
+    assert!(out.join("charts/model_scale.svg").is_file());
+    assert!(out.join("charts/model_scale.png").is_file());
+    // The setup names each condition's model and its parameter count.
+    assert!(
+        report.contains("`width=4,workers=0`: SmallCNN"),
+        "setup table"
+    );
 }

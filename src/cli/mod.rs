@@ -11,6 +11,7 @@ mod preview;
 mod report;
 mod run;
 mod slurm;
+mod tune;
 mod validate;
 mod verify;
 
@@ -116,6 +117,10 @@ enum Command {
         #[arg(value_name = "DIR", required = true)]
         dirs: Vec<PathBuf>,
     },
+    /// Search one knob (loader.workers by default) for the cheapest setting within noise of the
+    /// best: starts from the prediction, measures short interleaved trials of neighbouring
+    /// settings, climbs, and writes a results folder with a search section and tuned.toml.
+    Tune(tune::TuneArgs),
     /// Two results folders (before / after a change) side by side: every shared condition's
     /// img/s, batch wait and device idle with the ratio after / before and its 95 % CI.
     /// Writes compare.md (and compare.json) into --out when given. Exits 1 when a --fail-if
@@ -188,6 +193,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             condition,
         } => preview::preview(&experiment, &overrides, g, n, condition.as_deref()),
         Command::Bench(args) => bench::bench(&args, &overrides, g),
+        Command::Tune(args) => tune::tune(&args, &overrides, g),
         Command::Slurm(args) => slurm::slurm(&args, &overrides, g),
     }
 }

@@ -19,6 +19,7 @@ pub fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> S
     [
         title(raw),
         format!("## Verdict\n\n{}\n\n", verdict(a, raw.meta.all_on_cpu())),
+        search(raw),
         setup(raw),
         results(a),
         headroom(a),
@@ -515,6 +516,70 @@ fn profiles(raw: &Raw, a: &Analysis) -> String {
             ]);
         }
         let _ = writeln!(md, "{}", t.render());
+    }
+    md
+}
+
+/// `tune`'s search: every trial, why it was tried, each setting's ratio to the trial's best.
+fn search(raw: &Raw) -> String {
+    let Some(s) = &raw.search else {
+        return String::new();
+    };
+    let mut md = format!(
+        "## Search (`loaderlab tune`)\n\nTuned `{}` within {}–{}. {}\n\n",
+        s.knob, s.allowed[0], s.allowed[1], s.start
+    );
+    let mut t = Table::new([
+        ("trial", Right),
+        ("why", Left),
+        ("setting", Left),
+        ("img/s (median)", Right),
+        ("waiting share", Right),
+        ("input-bound", Left),
+        ("ratio to the trial's best (95 % CI)", Right),
+    ]);
+    for trial in &s.trials {
+        for (k, x) in trial.settings.iter().enumerate() {
+            t.row([
+                if k == 0 {
+                    trial.trial.to_string()
+                } else {
+                    String::new()
+                },
+                if k == 0 {
+                    format!("{} ([folder]({}))", trial.why, trial.folder)
+                } else {
+                    String::new()
+                },
+                format!("`{}`", x.condition),
+                rate(x.img_per_s),
+                pct(x.wait_share),
+                x.input_bound.clone(),
+                format!(
+                    "{} ({}–{})",
+                    ratio(x.ratio_to_best),
+                    ratio(x.ratio_low),
+                    ratio(x.ratio_high)
+                ),
+            ]);
+        }
+    }
+    let _ = writeln!(md, "{}", t.render());
+    match (s.chosen, &s.tuned_toml) {
+        (Some(v), Some(file)) => {
+            let _ = writeln!(
+                md,
+                "**Chosen: `{} = {v}`**: {} Ready to run: [`{file}`]({file}). The figures below \
+                 are those of the last trial.\n",
+                s.knob, s.reason
+            );
+        }
+        _ => {
+            let _ = writeln!(md, "No setting chosen: {}\n", s.reason);
+        }
+    }
+    if s.interrupted {
+        md.push_str("> The search was interrupted; the trials above are those that finished.\n\n");
     }
     md
 }

@@ -13,12 +13,14 @@ mod folder;
 pub mod meta;
 mod read;
 pub mod records;
+pub mod search;
 
 pub use environment::Environment;
 pub use folder::{Partial, partial_dir, promote, write_atomic, write_json};
 pub use meta::{ComputeDevice, ConditionMeta, HeadroomRecord, RunMeta, TaskInfo};
 pub use read::{Raw, bools, f64s, i64s, read_csv, read_json, strs};
 pub use records::{CsvAppender, RUN_COLUMNS, RunRecord, STEP_COLUMNS, StepRecord, csv_field};
+pub use search::{SearchRecord, Trial, TrialSetting};
 
 use std::path::PathBuf;
 
@@ -44,6 +46,10 @@ pub const RESULT_JSON: &str = "result.json";
 pub const REPORT_MD: &str = "report.md";
 /// Written by the report: the charts, SVG and PNG.
 pub const CHARTS_DIR: &str = "charts";
+/// Written by `tune`: the search that chose a setting ([`SearchRecord`]).
+pub const SEARCH_JSON: &str = "search.json";
+/// Written by `tune`: the experiment file with the chosen setting.
+pub const TUNED_TOML: &str = "tuned.toml";
 
 /// Reading or writing a results folder failed; the message names the file.
 #[derive(Debug, thiserror::Error)]

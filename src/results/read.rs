@@ -8,7 +8,8 @@ use polars::prelude::*;
 use serde::Deserialize;
 
 use super::{
-    PLAN_JSON, RUN_COLUMNS, RUN_JSON, RUNS_CSV, ResultsError, RunMeta, STEP_COLUMNS, STEPS_CSV,
+    PLAN_JSON, RUN_COLUMNS, RUN_JSON, RUNS_CSV, ResultsError, RunMeta, SEARCH_JSON, STEP_COLUMNS,
+    STEPS_CSV, SearchRecord,
 };
 use crate::plan::Plan;
 
@@ -19,6 +20,8 @@ pub struct Raw {
     pub meta: RunMeta,
     pub steps: DataFrame,
     pub runs: DataFrame,
+    /// The search of a `tune` folder (absent elsewhere).
+    pub search: Option<SearchRecord>,
 }
 
 fn read_err(path: &Path, message: impl ToString) -> ResultsError {
@@ -78,12 +81,19 @@ impl Raw {
                 ));
             }
         }
+        let search_path = dir.join(SEARCH_JSON);
+        let search = if search_path.is_file() {
+            Some(read_json(&search_path)?)
+        } else {
+            None
+        };
         Ok(Raw {
             dir: dir.to_path_buf(),
             plan,
             meta,
             steps,
             runs,
+            search,
         })
     }
 }

@@ -1,0 +1,52 @@
+//! The search a `loaderlab tune` folder records (`search.json`): every trial, why it was
+//! tried, each setting's figures and its ratio to the trial's best, and the choice. Plain data:
+//! `tune` writes it, the report renders it.
+
+use serde::{Deserialize, Serialize};
+
+/// One setting as a trial measured it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialSetting {
+    pub value: u64,
+    pub condition: String,
+    /// Median img/s over the trial's rounds.
+    pub img_per_s: f64,
+    pub wait_share: f64,
+    /// "highly", "moderately" or "not".
+    pub input_bound: String,
+    /// Median img/s over the trial's best's, with the 95 % bootstrap CI over rounds.
+    pub ratio_to_best: f64,
+    pub ratio_low: f64,
+    pub ratio_high: f64,
+}
+
+/// One trial: settings measured in interleaved rounds, in a results folder of its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trial {
+    pub trial: usize,
+    /// The trial's results folder.
+    pub folder: String,
+    /// Why these settings were tried.
+    pub why: String,
+    pub settings: Vec<TrialSetting>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchRecord {
+    /// The setting tuned, e.g. "loader.workers".
+    pub knob: String,
+    /// The values it was allowed to take, inclusive.
+    pub allowed: [u64; 2],
+    /// Where the search started and why.
+    pub start: String,
+    pub trials: Vec<Trial>,
+    /// The setting chosen, when a trial finished.
+    pub chosen: Option<u64>,
+    /// Why it was chosen.
+    pub reason: String,
+    /// The experiment file with the chosen setting, relative to the folder.
+    pub tuned_toml: Option<String>,
+    pub interrupted: bool,
+    /// Seconds the search took.
+    pub elapsed_s: f64,
+}
