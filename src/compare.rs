@@ -242,7 +242,7 @@ impl Comparison {
             let _ = writeln!(
                 md,
                 "## {}\n\n| condition | runs before / after | before | after | after / before \
-                 (95 % CI) | change | |\n|---|---:|---:|---:|---:|---:|---|",
+                 (95 % CI) | change | noise |\n|---|---:|---:|---:|---:|---:|---|",
                 f.name()
             );
             for c in &self.conditions {

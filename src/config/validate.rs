@@ -645,6 +645,33 @@ mod tests {
     }
 
     #[test]
+    fn advice_settings_are_checked() {
+        let mut s = Settings::default();
+        s.report.highly_input_bound = 0.1;
+        s.report.moderately_input_bound = 0.3;
+        s.protocol.headroom_steps = 0;
+        let wide: Vec<String> = check_experiment_wide(&s, &["default"])
+            .into_iter()
+            .map(|(k, m)| format!("{k}: {m}"))
+            .collect();
+        assert_eq!(wide.len(), 2, "{wide:?}");
+        assert!(wide[0].starts_with("protocol.headroom_steps: expected at least 1 step"));
+        assert!(wide[1].starts_with(
+            "report.moderately_input_bound: expected a share of step time from 0 to \
+             highly_input_bound (0.1), found 0.3"
+        ));
+        s.transforms.insert(
+            0,
+            TransformSpec::CpuWork(crate::config::CpuWorkSpec { us: -5.0 }),
+        );
+        let keys: Vec<String> = check_settings(&s)
+            .into_iter()
+            .map(|(k, _)| k.to_string())
+            .collect();
+        assert_eq!(keys, ["transforms[0].us"]);
+    }
+
+    #[test]
     fn ranges_are_enforced() {
         let mut s = Settings::default();
         s.loader.batch_size = 0;

@@ -14,7 +14,8 @@ pub struct TrialSetting {
     pub wait_share: f64,
     /// "highly", "moderately" or "not".
     pub input_bound: String,
-    /// Median img/s over the trial's best's, with the 95 % bootstrap CI over rounds.
+    /// Against the trial's best: the median of the per-round paired ratios of img/s, with
+    /// its 95 % bootstrap CI over rounds.
     pub ratio_to_best: f64,
     pub ratio_low: f64,
     pub ratio_high: f64,

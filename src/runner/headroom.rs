@@ -61,7 +61,7 @@ pub(super) fn run(
     for segment in 0..HEADROOM_SEGMENTS.min(steps) {
         // Steps split as evenly as the count allows.
         let end = steps * (segment + 1) / HEADROOM_SEGMENTS.min(steps);
-        let (start, first_images) = (Instant::now(), images);
+        let (start, first_step, first_images) = (Instant::now(), k, images);
         while k < end {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 return Ok(None);
@@ -75,7 +75,7 @@ pub(super) fn run(
         }
         train::synchronize(device)?;
         segments.push((
-            end - segments.iter().map(|s: &(u64, u64, f64)| s.0).sum::<u64>(),
+            end - first_step,
             images - first_images,
             start.elapsed().as_secs_f64(),
         ));
