@@ -246,6 +246,7 @@ fn merged_meta(
             .iter()
             .find_map(|t| t.meta.conditions.get(ci).and_then(|tc| tc.headroom.clone()));
         c.trace = None;
+        c.stages = None;
         for t in tasks {
             let Some(file) = t.meta.conditions.get(ci).and_then(|tc| tc.trace.clone()) else {
                 continue;
@@ -258,6 +259,7 @@ fn merged_meta(
             })?;
             c.trace = Some(file);
             c.profile_startup_ms = t.meta.conditions[ci].profile_startup_ms;
+            c.stages = t.meta.conditions[ci].stages.clone();
             break;
         }
     }

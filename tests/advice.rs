@@ -136,7 +136,7 @@ fn a_planted_loader_cost_is_classified_predicted_and_tuned() {
     let text = experiment(
         "planted",
         &with_cpu_work(us),
-        "[protocol]\nwarmup_steps = 3\ntimed_steps = 15\nrounds = 3\nprofile_steps = 6\nheadroom_steps = 10\n\n[matrix]\n\"loader.workers\" = [0, 1]\n",
+        "[protocol]\nwarmup_steps = 3\ntimed_steps = 15\nrounds = 3\nprofile_steps = 12\nheadroom_steps = 10\n\n[matrix]\n\"loader.workers\" = [0, 1]\n",
     );
     let out = run(dir.path(), "planted", &text);
     let r = result(&out);
@@ -185,6 +185,17 @@ fn a_planted_loader_cost_is_classified_predicted_and_tuned() {
         "cpu_work measured {measured} µs per image for {us} planted"
     );
     assert!(planted["share"].as_f64().unwrap() > 0.5, "{planted}");
+    // The shares add up to the loader's whole time, `other` included, none past it.
+    let shares: Vec<f64> = stages
+        .iter()
+        .map(|s| s["share"].as_f64().unwrap())
+        .collect();
+    // Exactly 1 unless the per-image stages, timed on one image in 8 and scaled up, come out
+    // past the whole build: a preemption during a timed image counts 8 times there. Here the
+    // window is 12 batches of 16 (24 timed images), so allow that sampling error.
+    let total: f64 = shares.iter().sum();
+    assert!((0.999..=1.2).contains(&total), "{shares:?}");
+    assert!(shares.iter().all(|s| (0.0..=1.2).contains(s)), "{shares:?}");
 
     // The prediction: about 0.6 of a worker → 1, and the matrix bears it out.
     let p = &r["analysis"]["prediction"];

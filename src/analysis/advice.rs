@@ -86,7 +86,8 @@ pub struct WorkerPrediction {
     /// The condition whose costs it uses: of those sharing the baseline's settings but for
     /// the worker count, the one with the fewest workers (its batch building competes least).
     pub from: String,
-    /// Mean `build_batch` span of its profiled run, ms: one batch's loader work on one thread.
+    /// One batch's loader work on one thread, ms: its profiled run's build time on the stage
+    /// clocks.
     pub loader_ms_per_batch: f64,
     /// Its headroom run's elapsed time per step, ms.
     pub step_ms: f64,
@@ -137,13 +138,17 @@ pub fn predict(
         .min_by_key(|c| c.config.loader.workers)?;
     let summary = summaries.iter().find(|s| s.condition == from.name)?;
     let step_ms = summary.headroom.as_ref()?.step_ms;
-    let loader_ms_per_batch = profiles
-        .iter()
-        .find(|p| p.condition == from.name)?
-        .rows
-        .iter()
-        .find(|r| r.span == spans::BUILD_BATCH)?
-        .mean_ms;
+    // The build timed by the stage clocks; folders without them: the build_batch span.
+    let profile = profiles.iter().find(|p| p.condition == from.name)?;
+    let loader_ms_per_batch = if profile.build_ms.is_finite() {
+        profile.build_ms
+    } else {
+        profile
+            .rows
+            .iter()
+            .find(|r| r.span == spans::BUILD_BATCH)?
+            .mean_ms
+    };
     if !(step_ms > 0.0 && loader_ms_per_batch.is_finite()) {
         return None;
     }

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::AnalysisError;
+use crate::loader::StageTotals;
 use crate::results::Raw;
 use crate::trace::{self, Span, read_trace};
 
@@ -27,7 +28,7 @@ pub struct StageCost {
     /// `read_decode`, an op name, `to_tensor_into_batch`, `fingerprint`, `queue_full`, or
     /// `other` (the rest of `build_batch`: the loop, labels, prefetch hints).
     pub stage: String,
-    /// Spans measured (a sample of images for per-image stages, every batch for the others).
+    /// Times measured (a sample of images for per-image stages, every batch for the others).
     pub count: usize,
     /// Mean µs per image (per-batch stages divided by the batch size).
     pub us_per_image: f64,
@@ -42,66 +43,52 @@ pub struct ProfileSummary {
     pub bytes: u64,
     pub window_ms: f64,
     pub rows: Vec<SpanRow>,
-    /// The loader's stages, in the order they run.
+    /// The loader's stages, in the order they run (from its stage clocks, not the spans: a
+    /// span costs about as much as a stage).
     #[serde(default)]
     pub stages: Vec<StageCost>,
+    /// One batch's whole build on one thread, ms, from the stage clocks (NaN without them).
+    pub build_ms: f64,
 }
 
-/// Per-image stages first (in pipeline order), then the per-batch ones.
-fn stage_costs(rows: &[SpanRow], batch_size: usize) -> Vec<StageCost> {
-    let loader_rows: Vec<&SpanRow> = rows
-        .iter()
-        .filter(|r| r.track != trace::GPU_TRACK)
-        .collect();
-    let mean_of = |name: &str| {
-        loader_rows
-            .iter()
-            .find(|r| r.span == name)
-            .map_or(0.0, |r| r.mean_ms)
-    };
-    let build_ms = mean_of(trace::BUILD_BATCH);
-    let loader_ms = build_ms + mean_of(trace::QUEUE_FULL);
-    if batch_size == 0 || loader_ms <= 0.0 {
+/// The loader's stages from its stage clocks: per-image stages in pipeline order, then the
+/// fingerprint, the rest of the build (`other`) and the queue wait.
+fn stage_costs(t: &StageTotals, batch_size: usize) -> Vec<StageCost> {
+    if t.batches == 0 || batch_size == 0 {
         return Vec::new();
     }
-    let per_batch = |name: &str| matches!(name, trace::FINGERPRINT | trace::QUEUE_FULL);
-    let mut stages: Vec<StageCost> = Vec::new();
-    let mut inside_build_ms = 0.0;
-    for r in loader_rows.iter().filter(|r| trace::is_stage(&r.span)) {
-        let batch_ms = if per_batch(&r.span) {
-            r.mean_ms
-        } else {
-            r.mean_ms * batch_size as f64
-        };
-        if r.span != trace::QUEUE_FULL {
-            inside_build_ms += batch_ms;
+    let per_batch_ms = |ns: u64| ns as f64 / t.batches as f64 / 1e6;
+    let build_ms = per_batch_ms(t.build_ns);
+    let queue_ms = per_batch_ms(t.queue_full_ns);
+    let loader_ms = build_ms + queue_ms;
+    if loader_ms <= 0.0 {
+        return Vec::new();
+    }
+    let cost = |stage: &str, count: u64, batch_ms: f64| StageCost {
+        stage: stage.to_string(),
+        count: count as usize,
+        us_per_image: batch_ms * 1e3 / batch_size as f64,
+        share: batch_ms / loader_ms,
+    };
+    let mut stages = Vec::new();
+    let mut inside_ms = 0.0;
+    for (i, name) in t.stages.iter().enumerate() {
+        let (count, ns) = (t.count[i], t.ns[i]);
+        if count == 0 {
+            continue;
         }
-        stages.push(StageCost {
-            stage: r.span.clone(),
-            count: r.count,
-            us_per_image: batch_ms * 1e3 / batch_size as f64,
-            share: batch_ms / loader_ms,
-        });
+        let batch_ms = if t.is_per_batch(i) {
+            ns as f64 / count as f64 / 1e6
+        } else {
+            ns as f64 / count as f64 / 1e6 * batch_size as f64
+        };
+        inside_ms += batch_ms;
+        stages.push(cost(name, count, batch_ms));
     }
-    if stages.is_empty() {
-        return stages;
+    stages.push(cost("other", t.batches, (build_ms - inside_ms).max(0.0)));
+    if t.queue_waits > 0 {
+        stages.push(cost(trace::QUEUE_FULL, t.queue_waits, queue_ms));
     }
-    // The per-batch fingerprint, then the queue wait, after the per-image stages.
-    stages.sort_by_key(|s| (per_batch(&s.stage), s.stage == trace::QUEUE_FULL));
-    let other_ms = (build_ms - inside_build_ms).max(0.0);
-    let at = stages
-        .iter()
-        .position(|s| s.stage == trace::QUEUE_FULL)
-        .unwrap_or(stages.len());
-    stages.insert(
-        at,
-        StageCost {
-            stage: "other".into(),
-            count: 0,
-            us_per_image: other_ms * 1e3 / batch_size as f64,
-            share: other_ms / loader_ms,
-        },
-    );
     stages
 }
 
@@ -121,12 +108,16 @@ pub(super) fn profile_summaries(raw: &Raw) -> Vec<ProfileSummary> {
                 .iter()
                 .find(|p| p.name == c.name)
                 .map_or(0, |p| p.config.loader.batch_size as usize);
+            let totals = c.stages.as_ref();
             Some(ProfileSummary {
                 condition: c.name.clone(),
                 file,
                 bytes,
                 window_ms,
-                stages: stage_costs(&rows, batch_size),
+                stages: totals.map_or(Vec::new(), |t| stage_costs(t, batch_size)),
+                build_ms: totals
+                    .filter(|t| t.batches > 0)
+                    .map_or(f64::NAN, |t| t.build_ns as f64 / t.batches as f64 / 1e6),
                 rows,
             })
         })

@@ -9,10 +9,13 @@
 
 mod batch;
 mod pool;
+mod stages;
 
 pub use batch::{Batch, HostBlock, HostMemory};
 use pool::Pool;
 pub(crate) use pool::panic_message;
+pub use stages::StageTotals;
+use stages::{LocalStages, STAGE_SAMPLE, StageClock};
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -26,7 +29,7 @@ use crate::config::Settings;
 use crate::data::{DataError, Dataset};
 use crate::hash::{Fingerprint, splitmix};
 use crate::spans;
-use crate::transforms::{Pipeline, Scratch};
+use crate::transforms::{Observe, Pipeline, Scratch};
 
 /// Loader settings, resolved.
 #[derive(Debug, Clone)]
@@ -149,6 +152,25 @@ struct Source {
     pipeline: Arc<Pipeline>,
     cfg: LoaderConfig,
     memory: Option<Arc<dyn HostMemory>>,
+    /// Stage times of profiled runs, from every thread that builds batches.
+    stages: StageClock,
+}
+
+impl Source {
+    fn new(
+        dataset: Arc<dyn Dataset>,
+        pipeline: Arc<Pipeline>,
+        cfg: LoaderConfig,
+        memory: Option<Arc<dyn HostMemory>>,
+    ) -> Source {
+        Source {
+            stages: StageClock::new(pipeline.op_names()),
+            dataset,
+            pipeline,
+            cfg,
+            memory,
+        }
+    }
 }
 
 /// Per-thread state of a batch builder.
@@ -156,6 +178,8 @@ struct Builder {
     sampler: Sampler,
     scratch: Scratch,
     pixels: Vec<u8>,
+    /// This batch's stage times (profiled runs).
+    stages: LocalStages,
 }
 
 impl Builder {
@@ -164,11 +188,13 @@ impl Builder {
             sampler: Sampler::new(source.dataset.len(), &source.cfg),
             scratch: Scratch::default(),
             pixels: Vec::new(),
+            stages: LocalStages::default(),
         }
     }
 
-    /// Build batch `k`; `profiling`: a sample of its images is timed stage by stage in trace
-    /// spans (a profiled run only).
+    /// Build batch `k`; `profiling` (a profiled run only): one image in [`STAGE_SAMPLE`] is
+    /// timed stage by stage, the first one drawn as trace spans, and the whole build is timed,
+    /// into the loader's [`StageClock`].
     fn build(
         &mut self,
         source: &Source,
@@ -176,6 +202,13 @@ impl Builder {
         batch: &mut Batch,
         profiling: bool,
     ) -> Result<(), DataError> {
+        let build_start = profiling.then(Instant::now);
+        let ops = source.pipeline.op_names().len();
+        // Stage slots: read_decode, the ops, to_tensor, the fingerprint.
+        let (to_tensor, fingerprint) = (ops + 1, ops + 2);
+        if profiling {
+            self.stages.reset(ops + 3);
+        }
         let shape = source.pipeline.output_shape();
         let plane = shape.len();
         let (epoch, indices) = self.sampler.batch(k);
@@ -197,11 +230,19 @@ impl Builder {
             if let Some(&next) = indices.get(slot + 1) {
                 source.dataset.prefetch(next as usize);
             }
-            let staged = profiling && slot % spans::STAGE_SAMPLE == 0;
+            // The traced image (the first) is never a timed one: its spans wake the trace's
+            // writer thread, which competes for the core during the next stages.
+            let timed = profiling && slot % STAGE_SAMPLE == STAGE_SAMPLE / 2;
+            let traced = profiling && slot == 0;
             let i = i as usize;
             let input = {
-                let _stage = staged.then(|| spans::stage_span(spans::READ_DECODE).entered());
-                source.dataset.read_image(i, &mut self.pixels)?
+                let _span = traced.then(|| spans::stage_span(spans::READ_DECODE).entered());
+                let start = timed.then(Instant::now);
+                let input = source.dataset.read_image(i, &mut self.pixels)?;
+                if let Some(start) = start {
+                    self.stages.add(0, start);
+                }
+                input
             };
             batch.labels[slot] = source.dataset.label(i) as u32;
             source.pipeline.apply_staged(
@@ -211,14 +252,33 @@ impl Builder {
                 i as u64,
                 &mut self.scratch,
                 &mut images[slot * plane..(slot + 1) * plane],
-                staged,
+                Observe {
+                    ns: timed.then(|| &mut self.stages.ns[1..=to_tensor]),
+                    traced,
+                },
             );
+            if timed {
+                for c in &mut self.stages.count[1..=to_tensor] {
+                    *c += 1;
+                }
+            }
         }
-        let _stage = profiling.then(|| spans::stage_span(spans::FINGERPRINT).entered());
-        let mut fp = Fingerprint::default();
-        fp.floats(batch.images());
-        fp.labels(batch.labels());
-        batch.fingerprint = fp.finish();
+        {
+            let _span = profiling.then(|| spans::stage_span(spans::FINGERPRINT).entered());
+            let start = profiling.then(Instant::now);
+            let mut fp = Fingerprint::default();
+            fp.floats(batch.images());
+            fp.labels(batch.labels());
+            batch.fingerprint = fp.finish();
+            if let Some(start) = start {
+                self.stages.add(fingerprint, start);
+            }
+        }
+        if let Some(start) = build_start {
+            source
+                .stages
+                .add_batch(&self.stages, start.elapsed().as_nanos() as u64);
+        }
         Ok(())
     }
 
@@ -270,12 +330,7 @@ pub struct BatchBuilder {
 
 impl BatchBuilder {
     pub fn new(dataset: Arc<dyn Dataset>, pipeline: Arc<Pipeline>, cfg: LoaderConfig) -> Self {
-        let source = Source {
-            dataset,
-            pipeline,
-            cfg,
-            memory: None,
-        };
+        let source = Source::new(dataset, pipeline, cfg, None);
         BatchBuilder {
             builder: Builder::new(&source),
             source,
@@ -336,12 +391,7 @@ impl Loader {
                 batch_size: cfg.batch_size,
             });
         }
-        let source = Arc::new(Source {
-            dataset,
-            pipeline,
-            cfg,
-            memory,
-        });
+        let source = Arc::new(Source::new(dataset, pipeline, cfg, memory));
         let batches_per_epoch = Sampler::new(len, &source.cfg).batches_per_epoch;
         let mode = if source.cfg.workers == 0 {
             let buffers = if source.memory.is_some() { 2 } else { 1 };
@@ -361,6 +411,11 @@ impl Loader {
             startup: started.elapsed(),
             restarts: 0,
         })
+    }
+
+    /// What the stage clocks measured so far (profiled runs only; zeros otherwise).
+    pub fn stage_totals(&self) -> StageTotals {
+        self.source.stages.snapshot()
     }
 
     /// Time to start the workers (or set up the serial builder).

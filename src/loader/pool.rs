@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 
@@ -142,8 +142,17 @@ pub(super) fn worker_main(
         }
         let free_buffer = {
             // Blocks while every buffer this worker may fill is built and not yet consumed.
-            let _span = tracing::info_span!(spans::QUEUE_FULL).entered();
-            free.recv()
+            let span = tracing::info_span!(spans::QUEUE_FULL);
+            let profiling = !span.is_disabled();
+            let _span = span.entered();
+            let start = profiling.then(Instant::now);
+            let free_buffer = free.recv();
+            if let Some(start) = start {
+                source
+                    .stages
+                    .add_queue_wait(start.elapsed().as_nanos() as u64);
+            }
+            free_buffer
         };
         let Ok(mut batch) = free_buffer else { return };
         let message = builder

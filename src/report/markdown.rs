@@ -301,8 +301,8 @@ Each condition's headroom run trains \
         let _ = writeln!(
             md,
             "Workers needed ≈ loader time per batch ÷ step time without waiting = {} ms ÷ {} ms = \
-             {} → **{}**{} (loader time: mean `build_batch` span of `{}`'s profiled run; step \
-             time: its headroom run).\n",
+             {} → **{}**{} (loader time: one batch's build on the stage clocks of `{}`'s profiled \
+             run; step time: its headroom run).\n",
             ms(p.loader_ms_per_batch),
             ms(p.step_ms),
             ms(p.workers_exact),
@@ -624,9 +624,10 @@ fn stages(a: &Analysis) -> String {
          each transform op, `to_tensor` (with `normalize`) into the batch buffer, the batch's \
          fingerprint, the rest of `build_batch` (`other`), and `queue_full`, the time a worker \
          sat blocked because every batch it may have in flight was waiting to be consumed. Shares \
-         are of the loader's time per batch (`build_batch` + `queue_full`). Per-image stages are \
-         timed on one image in {} (each a span inside `build_batch` on the worker's track), \
-         per-batch ones on every batch.\n\n{}\n",
+         are of the loader's time per batch (the build + `queue_full`). Timed on the monotonic \
+         clock: per-image stages on one image in {}, the rest on every batch. The trace draws \
+         the first image of each batch as spans inside `build_batch`; a span costs about as \
+         much as a whole stage, so the figures never come from spans.\n\n{}\n",
         crate::spans::STAGE_SAMPLE,
         t.render()
     )

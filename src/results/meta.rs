@@ -79,6 +79,9 @@ pub struct ConditionMeta {
     /// classes, 545,098 parameters" (absent in folders written before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The loader's stage clocks over the profiled run (absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<crate::loader::StageTotals>,
     /// The condition's headroom run (`protocol.headroom`), absent when none ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headroom: Option<HeadroomRecord>,

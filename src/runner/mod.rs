@@ -198,6 +198,7 @@ pub fn run(
             reporter.profiled(&c.name, &done.trace);
             metas[i].trace = Some(done.trace);
             metas[i].profile_startup_ms = Some(done.startup_ms);
+            metas[i].stages = done.stages;
         }
     }
 

@@ -4,6 +4,7 @@
 use super::session::Session;
 use super::setup::Setup;
 use super::{Outputs, RunError};
+use crate::loader::StageTotals;
 use crate::results::{TRACES_DIR, trace_file_name};
 use crate::trace::{self, Recording};
 use crate::train::{self, Trainer};
@@ -13,6 +14,8 @@ pub(super) struct Profiled {
     /// The trace, relative to the results folder.
     pub trace: String,
     pub startup_ms: f64,
+    /// The loader's stage clocks over the profiled window.
+    pub stages: Option<StageTotals>,
 }
 
 pub(super) fn run(
@@ -53,6 +56,7 @@ pub(super) fn run(
     train::synchronize(&setup.device)?;
     recording.stop();
     let startup_ms = session.startup_ms;
+    let stages = session.stage_totals().filter(|s| s.batches > 0);
     drop(session);
     recording.finish()?;
     if clock.on_device() {
@@ -61,5 +65,6 @@ pub(super) fn run(
     Ok(Profiled {
         trace: file,
         startup_ms,
+        stages,
     })
 }

@@ -60,6 +60,11 @@ impl<'a> Session<'a> {
             .map_err(|source| loader_error(run, condition, source))
     }
 
+    /// What the loader's stage clocks measured (a profiled run's window).
+    pub fn stage_totals(&self) -> Option<crate::loader::StageTotals> {
+        self.loader.as_ref().map(Loader::stage_totals)
+    }
+
     /// Stop the loader and join its workers (the headroom run replays batches without it).
     pub fn stop_loader(&mut self) {
         self.loader = None;

@@ -141,6 +141,7 @@ impl Setup {
             profile_startup_ms: None,
             memory_pool: self.memory_pool.clone(),
             model: Some(self.network.describe()),
+            stages: None,
             headroom: None,
         }
     }

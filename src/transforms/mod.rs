@@ -21,6 +21,8 @@ pub use rotate::rotate_nearest;
 
 use crate::config::{PaddingMode, Size, TransformSpec, chain_output, resize_output};
 use crate::hash::{SplitMix64, splitmix as mix};
+use std::time::Instant;
+
 use crate::shape::{ImageShape, Padding};
 use crate::spans;
 
@@ -315,12 +317,13 @@ impl Pipeline {
         index: u64,
         scratch: &'s mut Scratch,
     ) -> (&'s [u8], SampleParams) {
-        let shape = self.run_ops(src, input, epoch, index, scratch, false);
+        let shape = self.run_ops(src, input, epoch, index, scratch, &mut Observe::default());
         (&scratch.a[..shape.len()], scratch.params.clone())
     }
 
     /// The pixel ops on `src`, leaving the result in `scratch.a` and the parameters drawn in
-    /// `scratch.params`; returns the result's shape. `staged`: each op inside its stage span.
+    /// `scratch.params`; returns the result's shape. Each op is timed and drawn as `observe`
+    /// asks.
     fn run_ops(
         &self,
         src: &[u8],
@@ -328,18 +331,26 @@ impl Pipeline {
         epoch: u64,
         index: u64,
         scratch: &mut Scratch,
-        staged: bool,
+        observe: &mut Observe,
     ) -> ImageShape {
         let mut rng = sample_rng(self.seed, epoch, index);
         scratch.params.ops.clear();
         let mut shape = input;
         scratch.a.clear();
         scratch.a.extend_from_slice(&src[..shape.len()]);
-        for (op, name) in self.ops.iter().zip(&self.op_names) {
-            let _stage = staged.then(|| spans::stage_span(name).entered());
+        for (i, (op, name)) in self.ops.iter().zip(&self.op_names).enumerate() {
+            // The span opens before the clock starts and closes after it stops.
+            let _span = observe.traced.then(|| spans::stage_span(name).entered());
+            let start = observe.ns.is_some().then(Instant::now);
             shape = apply_op(op, shape, &mut rng, scratch);
+            observe.add(i, start);
         }
         shape
+    }
+
+    /// The pixel ops' names, in order (the stages after reading).
+    pub fn op_names(&self) -> &[&'static str] {
+        &self.op_names
     }
 
     /// The full pipeline for one sample: pixel ops, then to_tensor (CHW float32 / 255) and
@@ -366,11 +377,11 @@ impl Pipeline {
         scratch: &'s mut Scratch,
         out: &mut [f32],
     ) -> &'s SampleParams {
-        self.apply_staged(src, input, epoch, index, scratch, out, false)
+        self.apply_staged(src, input, epoch, index, scratch, out, Observe::default())
     }
 
-    /// [`Pipeline::apply_shaped`], with each stage (every op, then to_tensor into `out`) inside
-    /// its own trace span when `staged` (a profiled run's sampled images).
+    /// [`Pipeline::apply_shaped`], with its stages (every op, then to_tensor into `out`) timed
+    /// and drawn as `observe` asks (a profiled run's sampled images).
     #[allow(clippy::too_many_arguments)]
     pub fn apply_staged<'s>(
         &self,
@@ -380,11 +391,14 @@ impl Pipeline {
         index: u64,
         scratch: &'s mut Scratch,
         out: &mut [f32],
-        staged: bool,
+        mut observe: Observe,
     ) -> &'s SampleParams {
         let plane = self.output.plane();
-        let shape = self.run_ops(src, input, epoch, index, scratch, staged);
-        let _stage = staged.then(|| spans::stage_span(spans::TO_TENSOR_INTO_BATCH).entered());
+        let shape = self.run_ops(src, input, epoch, index, scratch, &mut observe);
+        let _span = observe
+            .traced
+            .then(|| spans::stage_span(spans::TO_TENSOR_INTO_BATCH).entered());
+        let to_tensor_start = observe.ns.is_some().then(Instant::now);
         let pixels = &scratch.a[..shape.len()];
         assert_eq!(
             pixels.len(),
@@ -409,7 +423,24 @@ impl Pipeline {
                 }
             }
         }
+        observe.add(self.ops.len(), to_tensor_start);
         &scratch.params
+    }
+}
+
+/// How a sample's stages are observed in a profiled run: timed into `ns` (one slot per pixel
+/// op in order, then one for to_tensor into the batch) and/or drawn as trace spans.
+#[derive(Default)]
+pub struct Observe<'a> {
+    pub ns: Option<&'a mut [u64]>,
+    pub traced: bool,
+}
+
+impl Observe<'_> {
+    fn add(&mut self, slot: usize, start: Option<Instant>) {
+        if let (Some(ns), Some(start)) = (self.ns.as_deref_mut(), start) {
+            ns[slot] += start.elapsed().as_nanos() as u64;
+        }
     }
 }
 

@@ -1,0 +1,113 @@
+//! Per-stage loader timing for profiled runs, on the monotonic clock (about 25 ns a reading):
+//! reading / decoding, every pixel op, to_tensor into the batch (per image, on one image in
+//! [`STAGE_SAMPLE`]), the fingerprint and the whole build (per batch), and a worker's wait for
+//! a free buffer (its queue full).
+//!
+//! Invariant: nothing is timed outside a profiled run, and trace spans never sit inside a
+//! timed interval — a tracing-chrome span costs about 2 µs, as much as a whole stage, so the
+//! figures come from these clocks and the spans only draw the trace.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::spans::STAGE_SAMPLE;
+use crate::spans::{FINGERPRINT, READ_DECODE, TO_TENSOR_INTO_BATCH};
+
+/// What the stage clocks measured over a profiled run, all of the loader's threads together.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageTotals {
+    /// Stage names in order: read_decode, each pixel op, to_tensor_into_batch (per image),
+    /// then fingerprint (per batch).
+    pub stages: Vec<String>,
+    /// Times each stage was timed.
+    pub count: Vec<u64>,
+    /// Their total, ns.
+    pub ns: Vec<u64>,
+    /// Batches built while timing, and their whole build time, ns.
+    pub batches: u64,
+    pub build_ns: u64,
+    /// Waits of a worker for a free buffer (workers > 0 only) and their total, ns.
+    pub queue_waits: u64,
+    pub queue_full_ns: u64,
+    /// One image in this many was timed stage by stage.
+    pub sample_every: u64,
+}
+
+impl StageTotals {
+    /// The per-batch stage (the last one).
+    pub fn is_per_batch(&self, i: usize) -> bool {
+        i + 1 == self.stages.len()
+    }
+}
+
+/// The totals every builder of one loader adds to (once per batch, so the lock is cold).
+pub(super) struct StageClock {
+    totals: Mutex<StageTotals>,
+}
+
+impl StageClock {
+    pub fn new(op_names: &[&'static str]) -> Self {
+        let mut stages = vec![READ_DECODE.to_string()];
+        stages.extend(op_names.iter().map(|s| s.to_string()));
+        stages.extend([TO_TENSOR_INTO_BATCH.to_string(), FINGERPRINT.to_string()]);
+        let n = stages.len();
+        StageClock {
+            totals: Mutex::new(StageTotals {
+                stages,
+                count: vec![0; n],
+                ns: vec![0; n],
+                sample_every: STAGE_SAMPLE as u64,
+                ..StageTotals::default()
+            }),
+        }
+    }
+
+    pub fn add_batch(&self, local: &LocalStages, build_ns: u64) {
+        let mut t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
+        for (total, ns) in t.ns.iter_mut().zip(&local.ns) {
+            *total += ns;
+        }
+        for (total, count) in t.count.iter_mut().zip(&local.count) {
+            *total += count;
+        }
+        t.batches += 1;
+        t.build_ns += build_ns;
+    }
+
+    pub fn add_queue_wait(&self, ns: u64) {
+        let mut t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
+        t.queue_waits += 1;
+        t.queue_full_ns += ns;
+    }
+
+    pub fn snapshot(&self) -> StageTotals {
+        self.totals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// One builder's stage times for the batch being built.
+#[derive(Debug, Default)]
+pub(super) struct LocalStages {
+    pub ns: Vec<u64>,
+    pub count: Vec<u64>,
+}
+
+impl LocalStages {
+    pub fn reset(&mut self, stages: usize) {
+        self.ns.clear();
+        self.ns.resize(stages, 0);
+        self.count.clear();
+        self.count.resize(stages, 0);
+    }
+
+    /// Stage `i` ran from `start` until now.
+    pub fn add(&mut self, i: usize, start: Instant) {
+        self.ns[i] += start.elapsed().as_nanos() as u64;
+        self.count[i] += 1;
+    }
+}
