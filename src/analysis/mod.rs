@@ -204,6 +204,17 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
             determinism.inconsistent_conditions.join(", ")
         ));
     }
+    for c in &conditions {
+        if let Some(h) = c.headroom.as_ref().filter(|h| h.share_of_ceiling > 1.05) {
+            warnings.push(format!(
+                "{}: its timed runs reached {} of the headroom ceiling: the headroom run (one, \
+                 after the timed runs) met a slower machine than they did, so that ceiling is \
+                 an underestimate; this machine's speed drifts between runs",
+                c.condition,
+                crate::format::pct(h.share_of_ceiling)
+            ));
+        }
+    }
     let profiles = profile::profile_summaries(raw);
     let prediction = advice::predict(
         &raw.plan.conditions,
