@@ -93,7 +93,9 @@ pub struct WorkerPrediction {
     pub step_ms: f64,
     /// loader_ms_per_batch / step_ms.
     pub workers_exact: f64,
-    /// ⌈workers_exact⌉, at least 1, within `cap` when there is one.
+    /// 0 when loading on the training thread would wait under the `moderately` threshold
+    /// (about workers_exact / (1 + workers_exact) of the step), else ⌈workers_exact⌉, within
+    /// `cap` when there is one.
     pub workers: u64,
     /// On the CPU: the cores left beside the training step's compute threads (at least 1);
     /// more workers than this compete with training. None on a GPU.
@@ -103,7 +105,8 @@ pub struct WorkerPrediction {
     /// Every condition that differs from `from` only in the worker count, by worker count.
     pub measured: Vec<PredictionCheck>,
     /// Whether the measurements bear it out: the nearest count at or above the prediction is
-    /// not input-bound and the nearest below it is. None without both neighbours.
+    /// not input-bound and the nearest below it is (or, when none was measured below, the
+    /// predicted count itself is not). None without those measurements.
     pub confirmed: Option<bool>,
 }
 
@@ -153,7 +156,15 @@ pub fn predict(
         return None;
     }
     let workers_exact = loader_ms_per_batch / step_ms;
-    let wanted = (workers_exact.ceil() as u64).max(1);
+    // At 0 workers the training thread loads each batch itself and waits about
+    // exact / (1 + exact) of the step: under the `moderately` threshold, none are needed.
+    let moderately = summary.judgement.thresholds.moderately_input_bound;
+    let inline_wait_share = workers_exact / (1.0 + workers_exact);
+    let wanted = if inline_wait_share < moderately {
+        0
+    } else {
+        (workers_exact.ceil() as u64).max(1)
+    };
     let cm = meta.condition(&from.name)?;
     let cap = (cm.compute_device == ComputeDevice::Cpu).then(|| {
         (meta.environment.cores as u64)
@@ -180,6 +191,8 @@ pub fn predict(
         (Some(b), Some(a)) => {
             Some(a.input_bound == InputBound::Not && b.input_bound != InputBound::Not)
         }
+        // Nothing below the prediction to compare with: it holds if the count itself keeps up.
+        (None, Some(a)) if a.workers == workers => Some(a.input_bound == InputBound::Not),
         _ => None,
     };
     Some(WorkerPrediction {

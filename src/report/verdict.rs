@@ -113,6 +113,14 @@ fn prediction(out: &mut String, a: &Analysis) {
         ms(p.workers_exact),
         p.workers
     );
+    if p.workers == 0 {
+        let _ = write!(
+            out,
+            " (Loading on the training thread costs about {} of the step, under the moderately \
+             input-bound threshold.)",
+            pct(p.workers_exact / (1.0 + p.workers_exact))
+        );
+    }
     if p.measured.len() > 1 {
         let seen: Vec<String> = p
             .measured
