@@ -404,7 +404,16 @@ fn a_model_and_worker_matrix_gets_the_crossover() {
     }
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("## Model compute against workers"));
-    assert!(report.contains("Model compute against workers:"));
+    assert!(
+        [
+            "hides the loader",
+            "paid beyond noise",
+            "beyond noise at any model size"
+        ]
+        .iter()
+        .any(|w| report.contains(w)),
+        "the verdict says where workers stop paying"
+    );
     assert!(out.join("charts/model_scale.svg").is_file());
     assert!(out.join("charts/model_scale.png").is_file());
     // The setup names each condition's model and its parameter count.

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::advice::same_but_workers;
-use super::{ConditionSummary, Estimate, RunSummary, speedup};
+use super::{ConditionSummary, Estimate, InputBound, RunSummary, speedup};
 use crate::plan::PlanCondition;
 
 /// One condition of a group.
@@ -36,6 +36,8 @@ pub struct ScaleGroup {
     pub points: Vec<ScalePoint>,
     /// Some extra worker count paid beyond noise.
     pub workers_pay: bool,
+    /// The fewest-workers condition's input-bound class.
+    pub input_bound: InputBound,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -43,8 +45,11 @@ pub struct ModelScale {
     /// Groups in order of compute time per step.
     pub groups: Vec<ScaleGroup>,
     /// Index of the first group from which on no group's extra workers paid, when an earlier
-    /// one's did: where the step's compute hides the loader.
+    /// one's did.
     pub stops_paying_from: Option<usize>,
+    /// Index of the first group from which on the fewest-workers condition is not input-bound,
+    /// when an earlier one's was: where the step's compute hides the loader.
+    pub hidden_from: Option<usize>,
 }
 
 /// "key=value" for each override but `loader.workers`, by its last key.
@@ -141,14 +146,20 @@ pub fn model_scale(
             model: model_of(&first.name),
             compute_ms: first_summary.compute_median_ms,
             workers_pay: points.iter().any(|p| p.pays),
+            input_bound: first_summary.judgement.input_bound,
             points,
         });
     }
     groups.sort_by(|a, b| a.compute_ms.total_cmp(&b.compute_ms));
     let last_paying = groups.iter().rposition(|g| g.workers_pay);
     let stops_paying_from = last_paying.map(|k| k + 1).filter(|&k| k < groups.len());
+    let last_bound = groups
+        .iter()
+        .rposition(|g| g.input_bound != InputBound::Not);
+    let hidden_from = last_bound.map(|k| k + 1).filter(|&k| k < groups.len());
     Some(ModelScale {
         groups,
         stops_paying_from,
+        hidden_from,
     })
 }

@@ -155,13 +155,28 @@ fn model_scale(out: &mut String, a: &Analysis) {
             })
             .unwrap_or_default()
     };
+    if let Some(k) = m.hidden_from {
+        let g = &m.groups[k];
+        let first = &g.points[0];
+        let _ = write!(
+            out,
+            " Model compute against workers: from {} ({} ms of compute per step) the step's \
+             compute hides the loader: with {} worker(s) it waits {} of step time (not \
+             input-bound), and {}.",
+            g.label,
+            ms(g.compute_ms),
+            first.workers,
+            pct(first.wait_share),
+            best(g)
+        );
+    }
     match m.stops_paying_from {
         Some(k) => {
             let g = &m.groups[k];
             let _ = write!(
                 out,
-                " Model compute against workers: from {} ({} ms of compute per step) the step's \
-                 compute hides the loader: {}.",
+                " Extra workers paid beyond noise up to the model setting before {}, not from \
+                 it on ({} ms of compute per step: {}).",
                 g.label,
                 ms(g.compute_ms),
                 best(g)
@@ -170,18 +185,38 @@ fn model_scale(out: &mut String, a: &Analysis) {
         None if m.groups.iter().all(|g| g.workers_pay) => {
             let _ = write!(
                 out,
-                " Model compute against workers: extra workers paid at every model size measured \
-                 (up to {}, {} ms of compute per step: {}).",
+                " Extra workers paid beyond noise at every model size measured (up to {}, {} ms \
+                 of compute per step: {}).",
                 m.groups.last().map_or("", |g| g.label.as_str()),
                 ms(m.groups.last().map_or(f64::NAN, |g| g.compute_ms)),
                 m.groups.last().map(best).unwrap_or_default()
             );
         }
         None => {
+            let widest = m
+                .groups
+                .iter()
+                .filter_map(|g| {
+                    g.points
+                        .get(1)
+                        .and_then(|p| p.speedup.as_ref())
+                        .map(|r| (g, r))
+                })
+                .map(|(g, r)| {
+                    format!(
+                        "{} {} ({}–{})",
+                        g.label,
+                        ratio(r.point),
+                        ratio(r.low),
+                        ratio(r.high)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
             let _ = write!(
                 out,
-                " Model compute against workers: extra workers paid beyond noise at no model \
-                 size measured."
+                " No speed-up from extra workers was beyond noise at any model size ({widest}); \
+                 more rounds narrow these intervals."
             );
         }
     }

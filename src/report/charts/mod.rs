@@ -46,7 +46,7 @@ pub const CHARTS: [ChartSpec; 6] = [
     },
     ChartSpec {
         name: "stages",
-        caption: "The loader's time per image by stage, from each profiled run (per-image stages timed on a sample of images; per-batch stages divided by the batch size).",
+        caption: "The loader's work per image by stage, from each profiled run's stage clocks (per-image stages timed on one image in 8; per-batch stages divided by the batch size). The time workers sat idle with a full queue is in the table above, not here.",
     },
     ChartSpec {
         name: "model_scale",
@@ -164,7 +164,17 @@ pub fn draw_all(
                 timeline::draw,
                 data
             ),
-            "stages" => render!(dir, spec.name, formats, wide, stages::draw, data),
+            "stages" => render!(
+                dir,
+                spec.name,
+                formats,
+                (
+                    1000 + legend,
+                    140 + 44 * stages::stage_names(data).len() as u32
+                ),
+                stages::draw,
+                data
+            ),
             "model_scale" => render!(
                 dir,
                 spec.name,

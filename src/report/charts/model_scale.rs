@@ -83,6 +83,29 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
             .map_err(e)?;
     }
 
+    // Each model setting named at its point of the fewest-workers line.
+    let label_font = LABEL.into_font().color(&BLACK.mix(0.8));
+    let last = m.groups.len().saturating_sub(1);
+    let labels = m
+        .groups
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.compute_ms > 0.0)
+        .map(|(k, g)| {
+            let y = g.points.first().map_or(0.0, |p| p.wait_share * 100.0);
+            // The rightmost label starts left of its point, inside the plot.
+            let x = if k == last && k > 0 {
+                g.compute_ms / 3.0
+            } else {
+                g.compute_ms
+            };
+            Text::new(
+                g.label.clone(),
+                (x, y + wait_top * 0.06),
+                label_font.clone(),
+            )
+        });
+    top.draw_series(labels).map_err(e)?;
     let ratios: Vec<f64> = m
         .groups
         .iter()
