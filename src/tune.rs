@@ -103,6 +103,8 @@ pub enum TuneError {
         trial: usize,
         source: analysis::AnalysisError,
     },
+    #[error("interrupted before any trial finished; the partial trial is in {}", .0.display())]
+    Interrupted(PathBuf),
     #[error(transparent)]
     Results(#[from] ResultsError),
     #[error("cannot write {}: {source}", path.display())]
@@ -285,11 +287,14 @@ pub fn tune(
     }
 
     let Some(last) = measured.last() else {
-        return Err(TuneError::Invalid(
-            "interrupted before any trial finished; nothing to report".into(),
-        ));
+        return Err(TuneError::Interrupted(trials_dir));
     };
     let (chosen, reason) = choose(&last.settings, knob);
+    if search.interrupted {
+        search
+            .reason
+            .push_str("interrupted: chosen from the trials that finished; ");
+    }
     search.reason.push_str(&reason);
     search.chosen = chosen;
     search.elapsed_s = started.elapsed().as_secs_f64();

@@ -422,3 +422,65 @@ fn a_model_and_worker_matrix_gets_the_crossover() {
         "setup table"
     );
 }
+
+#[test]
+fn ctrl_c_during_tune_keeps_the_finished_trials() {
+    use std::process::{Command as StdCommand, Stdio};
+    use std::time::{Duration, Instant};
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tune.toml");
+    std::fs::write(
+        &file,
+        experiment(
+            "ctrl_c",
+            SEED_CHAIN,
+            "[protocol]\nprofile_steps = 3\nheadroom_steps = 3\n",
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("tuned");
+    // The probe has one round; the next trial's rounds never end.
+    let child = StdCommand::new(assert_cmd::cargo::cargo_bin("loaderlab"))
+        .arg("tune")
+        .arg(&file)
+        .args([
+            "--steps", "4", "--warmup", "1", "--rounds", "100000", "--quiet", "--out",
+        ])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let second = dir.path().join("tuned.trials/trial-2.partial/steps.csv");
+    let started = Instant::now();
+    while std::fs::read_to_string(&second).map_or(0, |t| t.lines().count()) < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "trial 2 never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let killed = StdCommand::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let search: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("search.json")).unwrap()).unwrap();
+    assert_eq!(search["interrupted"], true);
+    assert_eq!(search["trials"].as_array().unwrap().len(), 1, "{search}");
+    assert!(
+        search["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("interrupted")
+    );
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("The search was interrupted"));
+}

@@ -77,6 +77,7 @@ pub(super) fn tune(args: &TuneArgs, overrides: &Overrides, g: &Global) -> Result
     )
     .map_err(|e| match e {
         TuneError::Invalid(m) => Failure::Invalid(m),
+        interrupted @ TuneError::Interrupted(_) => Failure::Interrupted(interrupted.to_string()),
         other => Failure::Failed(other.to_string()),
     })?;
     let s = &tuned.search;
