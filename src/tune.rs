@@ -191,9 +191,13 @@ pub fn tune(
         ));
         match run_trial(&base, knob, values, probe, opts, &trials_dir, k, reporter)? {
             Some(m) => {
+                // Relative to the final folder's report: <out>/../<out name>.trials/trial-K.
+                let folder = Path::new("..")
+                    .join(trials_dir.file_name().unwrap_or_default())
+                    .join(format!("trial-{k}"));
                 search.trials.push(Trial {
                     trial: k,
-                    folder: m.folder.display().to_string(),
+                    folder: folder.display().to_string(),
                     why,
                     settings: m.settings.clone(),
                 });

@@ -252,6 +252,11 @@ fn a_planted_loader_cost_is_classified_predicted_and_tuned() {
         serde_json::from_str(&std::fs::read_to_string(tuned.join("search.json")).unwrap()).unwrap();
     assert_eq!(search["chosen"], 1);
     assert!(search["trials"].as_array().unwrap().len() >= 2, "{search}");
+    // Each trial's folder, relative to the report, is a results folder of its own.
+    for t in search["trials"].as_array().unwrap() {
+        let folder = tuned.join(t["folder"].as_str().unwrap());
+        assert!(folder.join("report.md").is_file(), "{}", folder.display());
+    }
     let tuned_toml = std::fs::read_to_string(tuned.join("tuned.toml")).unwrap();
     assert!(tuned_toml.contains("workers = 1"), "{tuned_toml}");
     let report = std::fs::read_to_string(tuned.join("report.md")).unwrap();

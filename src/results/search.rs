@@ -25,7 +25,7 @@ pub struct TrialSetting {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Trial {
     pub trial: usize,
-    /// The trial's results folder.
+    /// The trial's results folder, relative to the tune folder (`../<name>.trials/trial-K`).
     pub folder: String,
     /// Why these settings were tried.
     pub why: String,
