@@ -119,7 +119,8 @@ enum Command {
     },
     /// Search one knob (loader.workers by default) for the cheapest setting within noise of the
     /// best: starts from the prediction, measures short interleaved trials of neighbouring
-    /// settings, climbs, and writes a results folder with a search section and tuned.toml.
+    /// settings, climbs, and writes a results folder with a search section and tuned.toml
+    /// (--out, default reports/<name>_tune; the trials in <out>.trials/).
     Tune(tune::TuneArgs),
     /// Two results folders (before / after a change) side by side: every shared condition's
     /// img/s, batch wait and device idle with the ratio after / before and its 95 % CI.
