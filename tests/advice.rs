@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 mod common;
-use common::loaderlab;
+use common::{interrupt_after_rows, loaderlab};
 
 /// Timing tests take turns.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -431,7 +431,7 @@ fn a_model_and_worker_matrix_gets_the_crossover() {
 #[test]
 fn ctrl_c_during_tune_keeps_the_finished_trials() {
     use std::process::{Command as StdCommand, Stdio};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let _turn = serial();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("tune.toml");
@@ -458,20 +458,7 @@ fn ctrl_c_during_tune_keeps_the_finished_trials() {
         .spawn()
         .unwrap();
     let second = dir.path().join("tuned.trials/trial-2.partial/steps.csv");
-    let started = Instant::now();
-    while std::fs::read_to_string(&second).map_or(0, |t| t.lines().count()) < 3 {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "trial 2 never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let killed = StdCommand::new("kill")
-        .arg("-INT")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    interrupt_after_rows(&child, &second, 2, Duration::from_secs(120));
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(130), "{stderr}");

@@ -6,7 +6,7 @@ use std::process::{Command as StdCommand, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::loaderlab;
+use common::{interrupt_after_rows, loaderlab};
 
 /// A small experiment: 2 conditions × 2 rounds × 12 timed steps of batch 16.
 const QUICK: &str = r#"
@@ -354,20 +354,12 @@ fn ctrl_c_keeps_rows_and_leaves_earlier_results_intact() {
         .spawn()
         .unwrap();
     let partial = dir.path().join("results.partial");
-    let started = Instant::now();
-    while csv_rows_if(&partial.join("steps.csv")) < 5 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no rows appeared"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let status = StdCommand::new("kill")
-        .arg("-INT")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
+    interrupt_after_rows(
+        &child,
+        &partial.join("steps.csv"),
+        5,
+        Duration::from_secs(60),
+    );
     let code = child.wait().unwrap().code();
     let mut stderr = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();

@@ -12,3 +12,31 @@ pub fn loaderlab() -> Command {
     }
     cmd
 }
+
+/// Wait until `csv` holds at least `rows` data rows (failing after `limit`), then send the child
+/// SIGINT, as Ctrl-C in a terminal does. Not every test binary uses it.
+#[allow(dead_code)]
+pub fn interrupt_after_rows(
+    child: &std::process::Child,
+    csv: &std::path::Path,
+    rows: usize,
+    limit: std::time::Duration,
+) {
+    let started = std::time::Instant::now();
+    let data_rows =
+        || std::fs::read_to_string(csv).map_or(0, |t| t.lines().count().saturating_sub(1));
+    while data_rows() < rows {
+        assert!(
+            started.elapsed() < limit,
+            "{} never reached {rows} rows",
+            csv.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = std::process::Command::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
