@@ -261,7 +261,12 @@ pub fn tune(
     // Climb until the best is surrounded.
     let [lo, hi] = search.allowed;
     let mut why = "the start and its neighbours".to_string();
-    while !search.interrupted && started.elapsed().as_secs_f64() < opts.budget_s {
+    let mut centers = vec![center];
+    while !search.interrupted {
+        if started.elapsed().as_secs_f64() >= opts.budget_s {
+            search.reason = format!("the budget of {} s ran out; ", opts.budget_s);
+            break;
+        }
         let values: Vec<u64> = (center.saturating_sub(1).max(lo)..=(center + 1).min(hi)).collect();
         if values.len() < 2 {
             break;
@@ -270,24 +275,14 @@ pub fn tune(
             break;
         }
         let settings = &measured.last().expect("just pushed").settings;
-        let best = best_of(settings);
-        let (min, max) = (values[0], values[values.len() - 1]);
-        if best.value == max && max < hi && best.input_bound != "not" {
-            center = max + 1;
-            why = format!(
-                "{} = {max} was the best tried and still {} input-bound: try above",
-                knob.key(),
-                best.input_bound
-            );
-        } else if best.value == min && min > lo && best.value != center {
-            center = min.saturating_sub(1).max(lo);
-            why = format!("{} = {min} was the best tried: try below", knob.key());
-        } else {
-            break;
+        match next_center(&values, best_of(settings), [lo, hi], &centers, knob) {
+            Some((next, reason)) => {
+                center = next;
+                why = reason;
+                centers.push(next);
+            }
+            None => break,
         }
-    }
-    if !search.interrupted && started.elapsed().as_secs_f64() >= opts.budget_s {
-        search.reason = format!("the budget of {} s ran out; ", opts.budget_s);
     }
 
     let Some(last) = measured.last() else {
@@ -325,6 +320,37 @@ fn workers_cap(opts: &TuneOptions, probe: &Measured) -> u64 {
         ComputeDevice::Cpu => cores.saturating_sub(probe.cpu_threads as u64).max(1),
         ComputeDevice::Cuda => (2 * cores).max(1),
     }
+}
+
+/// Where the next trial centres, and why; None when the best is surrounded, at a bound, no
+/// longer input-bound at the upper edge, or the move would revisit a centre (noise could make
+/// two neighbourhoods send the search back and forth).
+fn next_center(
+    values: &[u64],
+    best: &TrialSetting,
+    [lo, hi]: [u64; 2],
+    visited: &[u64],
+    knob: Knob,
+) -> Option<(u64, String)> {
+    let (min, max) = (*values.first()?, *values.last()?);
+    let (next, why) = if best.value == max && max < hi && best.input_bound != "not" {
+        (
+            max + 1,
+            format!(
+                "{} = {max} was the best tried and still {} input-bound: try above",
+                knob.key(),
+                best.input_bound
+            ),
+        )
+    } else if best.value == min && min > lo {
+        (
+            min - 1,
+            format!("{} = {min} was the best tried: try below", knob.key()),
+        )
+    } else {
+        return None;
+    };
+    (!visited.contains(&next)).then_some((next, why))
 }
 
 /// The trial's setting with the highest median img/s.
@@ -615,6 +641,39 @@ mod tests {
         waiting.input_bound = "highly".into();
         let s = [waiting, setting(1, 100.0, 1.0, 1.0)];
         assert_eq!(choose(&s, Knob::Workers).0, Some(1));
+    }
+
+    #[test]
+    fn the_climb_moves_towards_the_best_and_never_back() {
+        let mut best = setting(3, 100.0, 1.0, 1.0);
+        best.input_bound = "moderately".into();
+        let up = next_center(&[1, 2, 3], &best, [0, 8], &[2], Knob::Workers);
+        assert_eq!(up.map(|u| u.0), Some(4));
+        // Still best at the lower edge of the next neighbourhood: back to 2 was visited.
+        assert_eq!(
+            next_center(&[3, 4, 5], &best, [0, 8], &[2, 4], Knob::Workers),
+            None
+        );
+        // At the top of the range, or no longer input-bound: stop.
+        assert_eq!(
+            next_center(&[2, 3], &best, [0, 3], &[2], Knob::Workers),
+            None
+        );
+        best.input_bound = "not".into();
+        assert_eq!(
+            next_center(&[1, 2, 3], &best, [0, 8], &[2], Knob::Workers),
+            None
+        );
+        // The best at the bottom edge: try below.
+        let low = setting(1, 100.0, 1.0, 1.0);
+        let down = next_center(&[1, 2, 3], &low, [0, 8], &[2], Knob::Workers);
+        assert_eq!(down.map(|d| d.0), Some(0));
+        // Surrounded: stop.
+        let mid = setting(2, 100.0, 1.0, 1.0);
+        assert_eq!(
+            next_center(&[1, 2, 3], &mid, [0, 8], &[2], Knob::Workers),
+            None
+        );
     }
 
     #[test]

@@ -83,6 +83,15 @@ pub struct RunOptions {
     pub profile_conditions: Option<Vec<usize>>,
 }
 
+impl RunOptions {
+    /// Whether this process records condition `i`'s profiled (and headroom) run.
+    fn profiles(&self, i: usize) -> bool {
+        self.profile_conditions
+            .as_ref()
+            .is_none_or(|only| only.contains(&i))
+    }
+}
+
 /// Where the runs' rows and files go: the partial folder and its two streamed CSV files.
 pub(crate) struct Outputs {
     partial: Partial,
@@ -183,11 +192,11 @@ pub fn run(
 
     // Profiled runs: separate, short, traced; never part of the speed figures.
     if !interrupted && exp.base.protocol.profile {
-        let profiled = exp.conditions.iter().enumerate().filter(|(i, _)| {
-            opts.profile_conditions
-                .as_ref()
-                .is_none_or(|only| only.contains(i))
-        });
+        let profiled = exp
+            .conditions
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| opts.profiles(*i));
         for (i, c) in profiled {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 interrupted = true;
@@ -206,11 +215,7 @@ pub fn run(
     // speed figures. They run with the profiled conditions (all, or a Slurm task's share).
     if !interrupted && exp.base.protocol.headroom {
         for (i, c) in exp.conditions.iter().enumerate() {
-            let selected = opts
-                .profile_conditions
-                .as_ref()
-                .is_none_or(|only| only.contains(&i));
-            if !selected {
+            if !opts.profiles(i) {
                 continue;
             }
             let trainer = trainers.get(i, &prepared[i])?;
