@@ -205,10 +205,7 @@ impl PythonChain {
             .arg(&self.spec)
             .output()
             .ok()?;
-        if !output.status.success() {
-            return None;
-        }
-        serde_json::from_slice(&output.stdout).ok()
+        python_result(&output, "Pillow's chain")
     }
 }
 
@@ -720,10 +717,26 @@ fn pytorch_step(case: &StepCase, threads: usize) -> Option<(f64, String)> {
         .arg(spec.to_string())
         .output()
         .ok()?;
+    python_result(&output, "PyTorch's step")
+}
+
+/// A comparison script's printed JSON; None, with the reason on stderr when it is more than
+/// a missing module (a script that breaks on a machine with torch must not pass silently).
+fn python_result<T: serde::de::DeserializeOwned>(
+    output: &std::process::Output,
+    what: &str,
+) -> Option<T> {
+    let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
+        if !stderr.contains("ModuleNotFoundError") {
+            let last = stderr.lines().last().unwrap_or("(nothing on stderr)");
+            eprintln!("warning: {what} in python3 failed: {last}");
+        }
         return None;
     }
-    serde_json::from_slice(&output.stdout).ok()
+    serde_json::from_slice(&output.stdout)
+        .map_err(|e| eprintln!("warning: {what} in python3 printed no result ({e})"))
+        .ok()
 }
 
 /// The same network and optimizer in PyTorch, timed like ours: 3 warm-up steps, then the median
