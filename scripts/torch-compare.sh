@@ -30,8 +30,8 @@ part() {  # $1 = name, $2 = time limit s, rest = the command
 fixtures() {
   python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)'
   local R=resnet18_cifar,resnet34_imagenet
-  part fixture-w4-b16 150 python3 tests/fixtures/make_model_fixture.py --only $R --out "$OUT/resnet_w4_b16.json"
-  part fixture-w8-b32 150 python3 tests/fixtures/make_model_fixture.py --only $R \
+  part fixture-w4-b16 120 python3 tests/fixtures/make_model_fixture.py --only $R --out "$OUT/resnet_w4_b16.json"
+  part fixture-w8-b32 120 python3 tests/fixtures/make_model_fixture.py --only $R \
     --resnet-width 8 --resnet-batch 32 --out "$OUT/resnet_w8_b32.json"
 }
 
