@@ -4,16 +4,21 @@
 //! same BatchNorm running statistics, within 1e-4 (relative to each tensor's largest value).
 //! Plain CNNs run on both implementations of the layers where the fast one fits.
 //!
-//! The ResNet entries (width 2, batch 4, so BatchNorm normalises over 4 to 256 values) are
-//! ill-conditioned: PyTorch's own SGD trajectory jumps (loss 2.10 → 3.84 → 1.83), bias
-//! gradients that cancel to about 1e-6 are float32 residue, and rounding differences grow past
-//! 1e-4 within a few steps (measured: losses agree to ≤ 4e-5 for the first three steps, then
-//! drift by up to 1e-3 with Adam and far more with SGD; running variances agree to 2e-5, which
-//! rules out a biased/unbiased mix-up; one Nesterov step, 1.9 × lr · grad, already moves the
-//! next loss by 8e-4). For them this file checks what comes before any update: the structure,
-//! the first loss of every case, and every first-step gradient within 1e-3 of max(the tensor's
-//! largest value, 1 % of the network's largest gradient). Regenerating the fixture at a
-//! better-conditioned size (batch 16, width 8) needs torch, which this machine does not have.
+//! ResNet-18 (CIFAR stem, 16×16, width 4, batch 16) is checked in full like the others.
+//!
+//! ResNet-34 (ImageNet stem, 64×64, width 8, batch 32) is checked in full at the first step
+//! (structure, every gradient, the first loss) and its losses for the first three steps; after
+//! that its trajectory is ill-conditioned and no float32 implementation can be held to 1e-4.
+//! The fixture says so itself: PyTorch's own float32 trajectory, set beside its float64 one
+//! from the same start, drifts apart by up to 1.3e-3 by the fifth step (1.6e-7 at the first
+//! two), and ours drifts by the same order from both (measured 8.4e-3 at worst, SGD with
+//! Nesterov). An earlier fixture (width 2, batch 4) was worse: PyTorch float32 vs float64
+//! differed by 7e-2.
+//!
+//! The same fixture found a real precision fault: with BatchNorm's reductions in float32,
+//! candle's sums over the 32,768 values of a stem channel put the stem's bias gradient 4.9e-4
+//! (relative to the tensor) from float64, where PyTorch's float32 is 3e-6 away; BatchNorm now
+//! reduces in float64 on the CPU and the worst gradient is 1.3e-5 from PyTorch's.
 
 use candle_core::{Device, Tensor};
 use loaderlab::config::{ModelSection, OptimizerSection};
@@ -52,9 +57,10 @@ fn close_to(what: &str, got: &[f64], want: &[f64], tol: f64, floor: f64) {
     }
 }
 
-/// The ResNet entries are checked as far as their conditioning allows (see the file's doc).
-fn ill_conditioned(entry: &Value) -> bool {
-    entry["model"]["kind"] == "resnet"
+/// How many of the 6 losses to compare (see the file's doc); None: all, and the parameters and
+/// running statistics after the steps too.
+fn well_conditioned_losses(entry: &Value) -> Option<usize> {
+    (entry["name"] == "resnet34_imagenet").then_some(3)
 }
 
 fn to_vec(t: &Tensor) -> Vec<f64> {
@@ -142,13 +148,7 @@ fn check_model(name: &str) {
         .unwrap_or_else(|| panic!("{name} not in the fixture"));
     let batch = entry["batch"].as_u64().or(f["batch"].as_u64()).unwrap() as usize;
     let (init, x, y) = setup(entry, batch);
-    let resnet = ill_conditioned(entry);
-    let largest_grad = init
-        .net
-        .params
-        .iter()
-        .flat_map(|p| gradient(&entry["grads"][&p.name]).1)
-        .fold(0f64, |m, v| m.max(v.abs()));
+    let prefix = well_conditioned_losses(entry);
     for layers in implementations(&init) {
         // Gradients at the first step (they do not depend on the optimizer).
         let trainer = Trainer::with_layers(
@@ -168,11 +168,7 @@ fn check_model(name: &str) {
                 .step_by(stride)
                 .collect();
             let what = format!("{name} {layers:?} grad {} (every {stride})", p.name);
-            if resnet {
-                close_to(&what, &got, &want, 1e-3, 0.01 * largest_grad);
-            } else {
-                close(&what, &got, &want);
-            }
+            close(&what, &got, &want);
         }
         for case in entry["cases"].as_array().unwrap() {
             let opt: OptimizerSection = serde_json::from_value(case["optimizer"].clone()).unwrap();
@@ -187,14 +183,14 @@ fn check_model(name: &str) {
             let last = candle_nn::loss::cross_entropy(&logits, &y).unwrap();
             losses.push(last.to_scalar::<f32>().unwrap() as f64);
             let want = floats(&case["losses"]);
-            let compared = if resnet { 1 } else { want.len() };
+            let compared = prefix.unwrap_or(want.len());
             for (i, (g, w)) in losses.iter().zip(&want).take(compared).enumerate() {
                 assert!(
                     (g - w).abs() < 1e-4,
                     "{which}: loss {i} {g} vs PyTorch {w}\nours {losses:?}\ntheirs {want:?}"
                 );
             }
-            if resnet {
+            if prefix.is_some() {
                 continue;
             }
             for (var, p) in trainer.model().vars().iter().zip(&init.net.params) {
