@@ -475,9 +475,9 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
 ///
 /// With one buffer on one thread this is the serial loader's work (workers = 0); with
 /// `prefetch_factor` buffers on N threads, N workers' work. The ratio of the two is the ceiling
-/// of the loader's speed-up on this machine: equal shares, as round-robin assignment gives
-/// each worker, so a slower core holds the total back just as it holds back in-order delivery,
-/// but nothing ever waits for anything else. `bench` sets the loader's speed-up beside it, so a
+/// of the loader's speed-up on this machine: equal fixed shares, so a slower core holds the
+/// total back (the loader's workers share out batches as they free up and can beat it), but
+/// nothing ever waits for anything else. `bench` sets the loader's speed-up beside it, so a
 /// loader shortfall can be told apart from a machine that does not scale (shared caches and
 /// memory, cores of unequal speed on a busy host).
 pub fn independent_rate(

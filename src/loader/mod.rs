@@ -1,7 +1,8 @@
 //! The data loader: a seeded sampler, batching, and N persistent worker threads that build
 //! batches ahead of the training thread.
 //!
-//! Invariants: batch *k* is built by worker *k mod N* and delivered strictly in order; at most
+//! Invariants: batches are delivered strictly in order, whichever worker built them (each
+//! worker takes the next index when it has a free buffer); at most
 //! `prefetch_factor × N` batches exist at once (a fixed pool of reusable buffers, so no
 //! allocation per batch after warm-up); a batch's content depends only on (seed, k), never on
 //! N. A worker that panics or fails surfaces as an error naming the worker and batch, never a
@@ -80,6 +81,8 @@ pub enum LoaderError {
     },
     #[error("loader worker {worker} stopped without delivering batch {batch}")]
     WorkerGone { worker: usize, batch: u64 },
+    #[error("every loader worker stopped before batch {batch} was delivered")]
+    WorkersGone { batch: u64 },
     #[error("cannot start loader worker {worker}: {message}")]
     Spawn { worker: usize, message: String },
     #[error("the dataset ({len} images) holds no batch of {batch_size} with drop_last = true")]
@@ -354,7 +357,7 @@ enum Mode {
         buffers: Vec<Batch>,
         next: u64,
     },
-    Parallel(Pool),
+    Parallel(Box<Pool>),
 }
 
 /// The loader a run pulls batches from.
@@ -402,7 +405,7 @@ impl Loader {
             }
         } else {
             let end = (!source.cfg.persistent_workers).then_some(batches_per_epoch);
-            Mode::Parallel(Pool::start(&source, 0, end)?)
+            Mode::Parallel(Box::new(Pool::start(&source, 0, end)?))
         };
         Ok(Loader {
             source,
@@ -452,7 +455,7 @@ impl Loader {
                     // Non-persistent workers: a fresh pool for the next epoch, as PyTorch does.
                     let first = pool.next;
                     let end = first + self.batches_per_epoch;
-                    *pool = Pool::start(&self.source, first, Some(end))?;
+                    **pool = Pool::start(&self.source, first, Some(end))?;
                     self.restarts += 1;
                 }
                 pool.next()
