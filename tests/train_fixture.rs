@@ -236,8 +236,8 @@ fn fast_layers_equal_candle_on_colour_images_of_another_size() {
     assert_eq!(fast[0].len(), 6 * 7, "logits for 7 classes");
 }
 
-/// Sides that a 2×2 pooling does not halve exactly: candle's layers floor as PyTorch does,
-/// and the trainer picks them for such shapes.
+/// Sides that a 2×2 pooling does not halve exactly: the fused blocks do not fit, and the CPU
+/// layers run candle's graph (floor pooling, as PyTorch) with the im2col convolution.
 #[test]
 fn odd_sides_train_with_floor_pooling() {
     let input = ModelInput {
@@ -247,7 +247,8 @@ fn odd_sides_train_with_floor_pooling() {
     // fc1 sees 32 × ⌊⌊30/2⌋/2⌋ × ⌊⌊27/2⌋/2⌋ = 32 × 7 × 6.
     let net = Network::new(&Architecture::SEED, input).unwrap();
     assert_eq!(net.params[4].shape, vec![64, 32 * 7 * 6]);
-    assert_eq!(Layers::best_for(&Device::Cpu, &net), Layers::Candle);
+    assert!(!loaderlab::train::fast_cpu_fits(&net));
+    assert_eq!(Layers::best_for(&Device::Cpu, &net), Layers::FastCpu);
     let (init, x, y) = formula_case(input, 4);
     let mut trainer = Trainer::new(init, &OptimizerSection::default(), Device::Cpu).unwrap();
     let first = trainer.step(&x, &y).unwrap().to_scalar::<f32>().unwrap();

@@ -504,3 +504,296 @@ impl CustomOp3 for ConvReluPool {
         ))
     }
 }
+
+/// Geometry of a convolution over NCHW input with any kernel, stride and padding.
+#[derive(Debug, Clone, Copy)]
+struct ConvShape {
+    n: usize,
+    ci: usize,
+    h: usize,
+    w: usize,
+    co: usize,
+    kh: usize,
+    kw: usize,
+    stride: usize,
+    pad: usize,
+    oh: usize,
+    ow: usize,
+}
+
+impl ConvShape {
+    fn new(x: &Shape, w: &Shape, stride: usize, pad: usize) -> Result<ConvShape> {
+        let (n, ci, h, wd) = x.dims4()?;
+        let (co, wci, kh, kw) = w.dims4()?;
+        if wci != ci || stride == 0 || h + 2 * pad < kh || wd + 2 * pad < kw {
+            bail!("conv2d: input {x:?}, weight {w:?}, stride {stride}, padding {pad}");
+        }
+        let (oh, ow) = (
+            (h + 2 * pad - kh) / stride + 1,
+            (wd + 2 * pad - kw) / stride + 1,
+        );
+        Ok(ConvShape {
+            n,
+            ci,
+            h,
+            w: wd,
+            co,
+            kh,
+            kw,
+            stride,
+            pad,
+            oh,
+            ow,
+        })
+    }
+
+    /// Rows of an image's column matrix: (c, ky, kx), OIHW's order.
+    fn k(&self) -> usize {
+        self.ci * self.kh * self.kw
+    }
+
+    /// Columns: output positions.
+    fn p(&self) -> usize {
+        self.oh * self.ow
+    }
+
+    /// The input column of output column `o` for tap `kx`, if inside the image.
+    fn source(&self, o: usize, k: usize, size: usize) -> Option<usize> {
+        (o * self.stride + k)
+            .checked_sub(self.pad)
+            .filter(|&s| s < size)
+    }
+}
+
+/// One image's columns, (c·kh·kw) × (oh·ow), zero where a tap falls in the padding.
+fn im2col_nchw(img: &[f32], s: ConvShape, cols: &mut [f32]) {
+    let p = s.p();
+    for c in 0..s.ci {
+        let plane = &img[c * s.h * s.w..][..s.h * s.w];
+        for ky in 0..s.kh {
+            for kx in 0..s.kw {
+                let row = &mut cols[((c * s.kh + ky) * s.kw + kx) * p..][..p];
+                for oy in 0..s.oh {
+                    let out = &mut row[oy * s.ow..][..s.ow];
+                    let Some(iy) = s.source(oy, ky, s.h) else {
+                        out.fill(0.0);
+                        continue;
+                    };
+                    let line = &plane[iy * s.w..][..s.w];
+                    if s.stride == 1 && s.pad <= kx && kx - s.pad + s.ow <= s.w {
+                        out.copy_from_slice(&line[kx - s.pad..][..s.ow]);
+                        continue;
+                    }
+                    for (ox, v) in out.iter_mut().enumerate() {
+                        *v = s.source(ox, kx, s.w).map_or(0.0, |ix| line[ix]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The adjoint of [`im2col_nchw`]: add one image's column gradients into its input gradient.
+fn col2im_nchw(cols: &[f32], s: ConvShape, img: &mut [f32]) {
+    let p = s.p();
+    for c in 0..s.ci {
+        let plane = &mut img[c * s.h * s.w..][..s.h * s.w];
+        for ky in 0..s.kh {
+            for kx in 0..s.kw {
+                let row = &cols[((c * s.kh + ky) * s.kw + kx) * p..][..p];
+                for oy in 0..s.oh {
+                    let Some(iy) = s.source(oy, ky, s.h) else {
+                        continue;
+                    };
+                    let line = &mut plane[iy * s.w..][..s.w];
+                    for (ox, v) in row[oy * s.ow..][..s.ow].iter().enumerate() {
+                        if let Some(ix) = s.source(ox, kx, s.w) {
+                            line[ix] += v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `dst (m×n) [+]= lhs (m×k) · rhs (k×n)` on the calling thread (the callers split by image).
+#[allow(clippy::too_many_arguments)]
+fn gemm_serial(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [f32],
+    accumulate: bool,
+    lhs: &[f32],
+    (lhs_rs, lhs_cs): (usize, usize),
+    rhs: &[f32],
+    (rhs_rs, rhs_cs): (usize, usize),
+) {
+    assert!(dst.len() >= m * n);
+    assert!(m == 0 || k == 0 || lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
+    assert!(n == 0 || k == 0 || rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
+    // SAFETY: the asserts above keep every access inside the three slices.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            lhs.as_ptr(),
+            lhs_cs as isize,
+            lhs_rs as isize,
+            rhs.as_ptr(),
+            rhs_cs as isize,
+            rhs_rs as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            Parallelism::None,
+        );
+    }
+}
+
+/// Run `f(part, first_image, images)` over the batch split into one run of images per thread.
+fn par_images(n: usize, f: impl Fn(usize, std::ops::Range<usize>) + Sync) -> usize {
+    let t = threads().min(n.max(1));
+    let per = n.div_ceil(t.max(1)).max(1);
+    let parts = n.div_ceil(per).max(1);
+    if parts <= 1 {
+        f(0, 0..n);
+    } else {
+        rayon::scope(|scope| {
+            for part in 0..parts {
+                let f = &f;
+                scope.spawn(move |_| f(part, part * per..((part + 1) * per).min(n)));
+            }
+        });
+    }
+    parts
+}
+
+/// Conv2d without bias over NCHW input (any channels, kernel, stride and padding), as
+/// PyTorch's: per image, im2col and one gemm, images split over the pool's threads. The
+/// backward pass recomputes each image's columns instead of keeping them (a ResNet's would
+/// take hundreds of MB per step). candle's CPU convolution backward runs a transposed
+/// convolution with a generic kernel, tens of times slower on a ResNet's shapes.
+pub struct Conv2dNchw {
+    pub stride: usize,
+    pub padding: usize,
+}
+
+/// A per-thread slot that threads write through; each part touches only its own.
+struct Parts<T>(Vec<Mutex<T>>);
+
+impl<T: Default> Parts<T> {
+    fn new(n: usize) -> Self {
+        Parts((0..n).map(|_| Mutex::new(T::default())).collect())
+    }
+}
+
+impl candle_core::CustomOp2 for Conv2dNchw {
+    fn name(&self) -> &'static str {
+        "conv2d-nchw-cpu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let s = ConvShape::new(l1.shape(), l2.shape(), self.stride, self.padding)?;
+        let (x, w) = (slice(s1, l1, "input")?, slice(s2, l2, "weight")?);
+        let (k, p, image, out_image) = (s.k(), s.p(), s.ci * s.h * s.w, s.co * s.p());
+        let mut y = vec![0.0f32; s.n * out_image];
+        let y_ptr = SendPtr(y.as_mut_ptr());
+        par_images(s.n, |_, images| {
+            let mut cols = vec![0.0f32; k * p];
+            for i in images {
+                im2col_nchw(&x[i * image..][..image], s, &mut cols);
+                // SAFETY: each image's output range is written by the one part that owns it.
+                let out =
+                    unsafe { std::slice::from_raw_parts_mut(y_ptr.at(i * out_image), out_image) };
+                gemm_serial((s.co, p, k), out, false, w, (k, 1), &cols, (p, 1));
+            }
+        });
+        Ok((CpuStorage::F32(y), Shape::from((s.n, s.co, s.oh, s.ow))))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        gy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let s = ConvShape::new(x.shape(), w.shape(), self.stride, self.padding)?;
+        let (k, p, image, out_image) = (s.k(), s.p(), s.ci * s.h * s.w, s.co * s.p());
+        let want_gx = x.track_op();
+        let (gx, gw) = with_slice(x, |xs| {
+            with_slice(w, |ws| {
+                with_slice(gy, |gys| {
+                    let mut gx = vec![0.0f32; if want_gx { s.n * image } else { 0 }];
+                    let gx_ptr = SendPtr(gx.as_mut_ptr());
+                    let partial: Parts<Vec<f32>> = Parts::new(threads().min(s.n.max(1)));
+                    let parts = par_images(s.n, |part, images| {
+                        let mut cols = vec![0.0f32; k * p];
+                        let mut gw = vec![0.0f32; s.co * k];
+                        for (j, i) in images.enumerate() {
+                            let g = &gys[i * out_image..][..out_image];
+                            im2col_nchw(&xs[i * image..][..image], s, &mut cols);
+                            // gw (co×k) += gy_i (co×p) · cols_iᵀ (p×k)
+                            gemm_serial((s.co, k, p), &mut gw, j > 0, g, (p, 1), &cols, (1, p));
+                            if want_gx {
+                                // cols ← wᵀ (k×co) · gy_i (co×p), scattered into gx_i.
+                                gemm_serial((k, p, s.co), &mut cols, false, ws, (1, k), g, (p, 1));
+                                // SAFETY: image i's gradient is written by this part only.
+                                let gxi = unsafe {
+                                    std::slice::from_raw_parts_mut(gx_ptr.at(i * image), image)
+                                };
+                                col2im_nchw(&cols, s, gxi);
+                            }
+                        }
+                        *partial.0[part].lock().unwrap_or_else(|e| e.into_inner()) = gw;
+                    });
+                    let mut sums = partial
+                        .0
+                        .into_iter()
+                        .take(parts)
+                        .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()));
+                    let mut gw = sums.next().unwrap_or_else(|| vec![0.0; s.co * k]);
+                    for other in sums {
+                        for (a, b) in gw.iter_mut().zip(&other) {
+                            *a += b;
+                        }
+                    }
+                    (gx, gw)
+                })
+            })
+        })???;
+        let gx = want_gx
+            .then(|| Tensor::from_vec(gx, x.shape(), x.device()))
+            .transpose()?;
+        Ok((gx, Some(Tensor::from_vec(gw, w.shape(), w.device())?)))
+    }
+}
+
+/// A raw pointer that threads may share when each writes a disjoint range.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+
+// SAFETY: used only to write disjoint ranges from the parts of one `par_images` call.
+unsafe impl Send for SendPtr {}
+// SAFETY: as for Send: no two threads touch the same element.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    fn at(self, offset: usize) -> *mut f32 {
+        // SAFETY: callers stay inside the buffer the pointer came from.
+        unsafe { self.0.add(offset) }
+    }
+}

@@ -57,15 +57,17 @@ impl InitialWeights {
 pub enum Layers {
     /// candle's own ops, NCHW: any device (the CUDA path), any network.
     Candle,
-    /// Hand-written NHWC Conv–ReLU–MaxPool blocks ([`super::fast_cpu`]) for the plain CNNs:
-    /// CPU only, and only where every block's pooling halves both sides exactly.
+    /// Hand-written CPU layers ([`super::fast_cpu`]), CPU only: fused NHWC Conv–ReLU–MaxPool
+    /// blocks for the plain CNNs where every block's pooling halves both sides exactly
+    /// ([`fast_cpu_fits`]); elsewhere candle's graph with the im2col + gemm convolution (any
+    /// stride and padding: the ResNets, odd sides).
     FastCpu,
 }
 
 impl Layers {
-    /// The fast layers on the CPU where the network allows them, candle's elsewhere.
-    pub fn best_for(device: &Device, net: &Network) -> Layers {
-        if device.is_cpu() && fast_cpu_fits(net) {
+    /// The hand-written layers on the CPU, candle's on other devices.
+    pub fn best_for(device: &Device, _net: &Network) -> Layers {
+        if device.is_cpu() {
             Layers::FastCpu
         } else {
             Layers::Candle
@@ -136,7 +138,7 @@ impl Model {
                 ))
             })
             .collect::<Result<_>>()?;
-        let layers = if layers == Layers::FastCpu && !fast_cpu_fits(&init.net) {
+        let layers = if layers == Layers::FastCpu && !device.is_cpu() {
             Layers::Candle
         } else {
             layers
@@ -175,7 +177,8 @@ impl Model {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self.layers {
             Layers::Candle => self.run(&self.net.layers, x.clone()),
-            Layers::FastCpu => self.forward_fast_cpu(x),
+            Layers::FastCpu if fast_cpu_fits(&self.net) => self.forward_fast_cpu(x),
+            Layers::FastCpu => self.run(&self.net.layers, x.clone()),
         }
     }
 
@@ -241,7 +244,15 @@ impl Model {
                     padding,
                     ..
                 } => {
-                    let y = x.conv2d(self.t(*weight), *padding, *stride, 1, 1)?;
+                    let y = if self.layers == Layers::FastCpu {
+                        let op = super::fast_cpu::Conv2dNchw {
+                            stride: *stride,
+                            padding: *padding,
+                        };
+                        x.contiguous()?.apply_op2(self.t(*weight), op)?
+                    } else {
+                        x.conv2d(self.t(*weight), *padding, *stride, 1, 1)?
+                    };
                     match bias {
                         Some(b) => y.broadcast_add(&self.t(*b).reshape((1, (), 1, 1))?)?,
                         None => y,
