@@ -797,3 +797,152 @@ impl SendPtr {
         unsafe { self.0.add(offset) }
     }
 }
+
+/// Per-channel statistics of a training-mode BatchNorm's batch: mean and biased variance.
+#[derive(Debug, Clone, Default)]
+pub struct BatchStats {
+    pub mean: Vec<f64>,
+    pub var: Vec<f64>,
+}
+
+/// Training-mode BatchNorm2d over NCHW input (x, γ, β), as one op: per channel, the mean and
+/// the biased variance (two passes, summed in float64: float32 sums over a stem's 32,768
+/// values drift, see `batch_norm` in model.rs), then y = (x − mean)·γ/√(var + eps) + β; the
+/// backward pass is the closed form PyTorch uses. Channels are split over the pool's threads.
+/// The batch's statistics are left in `stats` for the running ones.
+pub struct BatchNormNchw {
+    pub eps: f64,
+    pub stats: std::sync::Arc<Mutex<BatchStats>>,
+}
+
+/// Run `f(channel)` for every channel, channels split over the pool's threads.
+fn par_channels(c: usize, f: impl Fn(usize) + Sync) {
+    par_images(c, |_, channels| channels.for_each(&f));
+}
+
+impl BatchNormNchw {
+    fn dims(x: &Shape) -> Result<(usize, usize, usize)> {
+        let (n, c, h, w) = x.dims4()?;
+        Ok((n, c, h * w))
+    }
+}
+
+impl candle_core::CustomOp3 for BatchNormNchw {
+    fn name(&self) -> &'static str {
+        "batch-norm-nchw-cpu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (n, c, hw) = Self::dims(l1.shape())?;
+        let (x, gamma, beta) = (
+            slice(s1, l1, "input")?,
+            slice(s2, l2, "weight")?,
+            slice(s3, l3, "bias")?,
+        );
+        let count = (n * hw) as f64;
+        let mut y = vec![0.0f32; x.len()];
+        let y_ptr = SendPtr(y.as_mut_ptr());
+        let stats = Parts::<(f64, f64)>::new(c);
+        par_channels(c, |ch| {
+            let planes = || (0..n).map(|i| &x[(i * c + ch) * hw..][..hw]);
+            let mean = planes().flatten().map(|&v| v as f64).sum::<f64>() / count;
+            let var = planes()
+                .flatten()
+                .map(|&v| (v as f64 - mean).powi(2))
+                .sum::<f64>()
+                / count;
+            let scale = gamma[ch] as f64 / (var + self.eps).sqrt();
+            let shift = beta[ch] as f64 - mean * scale;
+            for i in 0..n {
+                // SAFETY: channel ch's planes are written by this thread only.
+                let out =
+                    unsafe { std::slice::from_raw_parts_mut(y_ptr.at((i * c + ch) * hw), hw) };
+                for (o, &v) in out.iter_mut().zip(&x[(i * c + ch) * hw..][..hw]) {
+                    *o = (v as f64 * scale + shift) as f32;
+                }
+            }
+            *stats.0[ch].lock().unwrap_or_else(|e| e.into_inner()) = (mean, var);
+        });
+        let (mean, var) = stats
+            .0
+            .into_iter()
+            .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+            .unzip();
+        *self.stats.lock().unwrap_or_else(|e| e.into_inner()) = BatchStats { mean, var };
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        gamma: &Tensor,
+        _beta: &Tensor,
+        _res: &Tensor,
+        gy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (n, c, hw) = Self::dims(x.shape())?;
+        let count = (n * hw) as f64;
+        let BatchStats { mean, var } = self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if mean.len() != c {
+            bail!("batch norm backward without its forward statistics");
+        }
+        let (gx, gg, gb) = with_slice(x, |xs| {
+            with_slice(gamma, |gs| {
+                with_slice(gy, |gys| {
+                    let mut gx = vec![0.0f32; xs.len()];
+                    let gx_ptr = SendPtr(gx.as_mut_ptr());
+                    let sums = Parts::<(f64, f64)>::new(c);
+                    par_channels(c, |ch| {
+                        let invstd = 1.0 / (var[ch] + self.eps).sqrt();
+                        let (mut dbeta, mut dgamma) = (0.0f64, 0.0f64);
+                        for i in 0..n {
+                            let at = (i * c + ch) * hw;
+                            for (&g, &v) in gys[at..][..hw].iter().zip(&xs[at..][..hw]) {
+                                dbeta += g as f64;
+                                dgamma += g as f64 * (v as f64 - mean[ch]) * invstd;
+                            }
+                        }
+                        // dx = γ·invstd·(gy − dβ/count − x̂·dγ/count)
+                        let k = gs[ch] as f64 * invstd;
+                        let (mb, mg) = (dbeta / count, dgamma / count);
+                        for i in 0..n {
+                            let at = (i * c + ch) * hw;
+                            // SAFETY: channel ch's planes are written by this thread only.
+                            let out = unsafe { std::slice::from_raw_parts_mut(gx_ptr.at(at), hw) };
+                            for ((o, &g), &v) in
+                                out.iter_mut().zip(&gys[at..][..hw]).zip(&xs[at..][..hw])
+                            {
+                                let xhat = (v as f64 - mean[ch]) * invstd;
+                                *o = (k * (g as f64 - mb - xhat * mg)) as f32;
+                            }
+                        }
+                        *sums.0[ch].lock().unwrap_or_else(|e| e.into_inner()) = (dgamma, dbeta);
+                    });
+                    let (gg, gb): (Vec<f32>, Vec<f32>) = sums
+                        .0
+                        .into_iter()
+                        .map(|m| {
+                            let (g, b) = m.into_inner().unwrap_or_else(|e| e.into_inner());
+                            (g as f32, b as f32)
+                        })
+                        .unzip();
+                    (gx, gg, gb)
+                })
+            })
+        })???;
+        let dev = x.device();
+        Ok((
+            Some(Tensor::from_vec(gx, x.shape(), dev)?),
+            Some(Tensor::from_vec(gg, c, dev)?),
+            Some(Tensor::from_vec(gb, c, dev)?),
+        ))
+    }
+}

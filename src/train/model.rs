@@ -292,6 +292,30 @@ impl Model {
     fn batch_norm(&self, x: &Tensor, weight: usize, norm: usize) -> Result<Tensor> {
         let (n, c, h, w) = x.dims4()?;
         let count = (n * h * w) as f64;
+        if self.layers == Layers::FastCpu {
+            let stats = std::sync::Arc::new(Mutex::new(super::fast_cpu::BatchStats::default()));
+            let op = super::fast_cpu::BatchNormNchw {
+                eps: BN_EPS,
+                stats: stats.clone(),
+            };
+            let y = x
+                .contiguous()?
+                .apply_op3(self.t(weight), self.t(weight + 1), op)?;
+            let s = stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let unbiased = count / (count - 1.0).max(1.0);
+            let mean: Vec<f32> = s.mean.iter().map(|&m| m as f32).collect();
+            let var: Vec<f32> = s.var.iter().map(|&v| (v * unbiased) as f32).collect();
+            let (mean, var) = (
+                Tensor::from_vec(mean, c, x.device())?,
+                Tensor::from_vec(var, c, x.device())?,
+            );
+            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            let (rm, rv) = &running[norm];
+            let next_mean = ((rm * (1.0 - BN_MOMENTUM))? + (mean * BN_MOMENTUM)?)?;
+            let next_var = ((rv * (1.0 - BN_MOMENTUM))? + (var * BN_MOMENTUM)?)?;
+            running[norm] = (next_mean, next_var);
+            return Ok(y);
+        }
         let dtype = x.dtype();
         let exact = if x.device().is_cpu() {
             DType::F64
