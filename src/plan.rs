@@ -178,7 +178,8 @@ impl Plan {
             let _ = writeln!(
                 out,
                 "  headroom run: {} steps per condition on batches already on the device \
-                 (the throughput if data were free), separate from the timed runs",
+                 (the throughput if data were free), split over the rounds, each share after \
+                 its round's timed runs",
                 e.headroom_steps
             );
         }

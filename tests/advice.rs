@@ -298,6 +298,11 @@ fn the_headroom_ceiling_matches_a_run_with_nothing_to_load() {
     let h = &run_json["conditions"][0]["headroom"];
     assert_eq!(h["steps"], 20);
     assert_eq!(h["step_ms"].as_array().unwrap().len(), 20);
+    // One share per round (6 + 7 + 7 steps), each timed in 3 segments.
+    let segments = h["segments"].as_array().unwrap();
+    assert_eq!(segments.len(), 9);
+    let steps: Vec<u64> = segments.iter().map(|s| s[0].as_u64().unwrap()).collect();
+    assert_eq!(steps, [2, 2, 2, 2, 2, 3, 2, 2, 3]);
 }
 
 #[test]

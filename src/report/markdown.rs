@@ -292,8 +292,9 @@ fn headroom(a: &Analysis) -> String {
 
 Each condition's headroom run trains \
          on batches built once by its loader, copied to the device and replayed, so no loader \
-         work happens in the loop (SPDL's headspace analysis). It is separate from the timed runs \
-         and never enters their figures. The bound is the most that removing every wait could \
+         work happens in the loop (SPDL's headspace analysis). Its steps are split over the rounds, \
+         each share run after its round's timed runs, so it meets the machine's drift as they do; \
+         it never enters their figures. The bound is the most that removing every wait could \
          give the condition.\n\n{}\n",
         t.render()
     );

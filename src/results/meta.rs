@@ -105,3 +105,15 @@ pub struct HeadroomRecord {
     #[serde(default)]
     pub segments: Vec<(u64, u64, f64)>,
 }
+
+impl HeadroomRecord {
+    /// Add a later part of the same condition's headroom (the runner runs one per round).
+    pub fn absorb(&mut self, later: HeadroomRecord) {
+        self.batches = self.batches.max(later.batches);
+        self.steps += later.steps;
+        self.images += later.images;
+        self.elapsed_s += later.elapsed_s;
+        self.step_ms.extend(later.step_ms);
+        self.segments.extend(later.segments);
+    }
+}

@@ -1,7 +1,8 @@
 //! A headroom run (SPDL's "headspace analysis"): the condition's step trained on batches that
 //! are already on the device, built once by its own loader and replayed, so the loop does no
 //! loader work at all. Its throughput is the ceiling the condition would reach if data were
-//! free. Never part of the speed figures.
+//! free. Never part of the speed figures. The runner runs one per round per condition, each
+//! with its share of `protocol.headroom_steps`, and joins them into one record.
 //!
 //! Invariant: it starts from the common initial state like every run, and nothing it times
 //! touches the loader: the batches are built, copied and the device synchronised first.
@@ -28,13 +29,14 @@ pub const HEADROOM_SEGMENTS: u64 = 3;
 /// only settle the replay loop itself).
 const HEADROOM_WARMUP: u64 = 3;
 
-/// Run the headroom run; `None` when interrupted before it finished.
+/// Run `steps` headroom steps (a round's share of `protocol.headroom_steps`); `None` when
+/// interrupted before it finished.
 pub(super) fn run(
     condition: &str,
     setup: &Setup,
     trainer: &mut Trainer,
+    steps: u64,
 ) -> Result<Option<HeadroomRecord>, RunError> {
-    let steps = setup.settings().protocol.headroom_steps;
     let device = &setup.device;
     let mut session = Session::start(setup, trainer, "headroom".into(), condition)?;
     let mut batches: Vec<(Tensor, Tensor, usize)> = Vec::new();
