@@ -9,10 +9,24 @@ use loaderlab::data::{Dataset, ImageShape, Synthetic};
 use loaderlab::loader::{Loader, LoaderConfig, LoaderError};
 use loaderlab::transforms::Pipeline;
 
-/// A dataset whose image `bad` cannot be read.
+/// A dataset whose image `bad` cannot be read and whose image 0 takes `slow_first` to read;
+/// it counts the images read.
 struct Faulty {
     inner: Synthetic,
     bad: usize,
+    slow_first: Duration,
+    read: std::sync::atomic::AtomicUsize,
+}
+
+impl Faulty {
+    fn new(inner: Synthetic, bad: usize) -> Self {
+        Faulty {
+            inner,
+            bad,
+            slow_first: Duration::ZERO,
+            read: Default::default(),
+        }
+    }
 }
 
 impl Dataset for Faulty {
@@ -27,7 +41,11 @@ impl Dataset for Faulty {
     }
     fn image_into(&self, index: usize, buf: &mut [u8]) {
         assert!(index != self.bad, "image {index} is unreadable");
+        if index == 0 {
+            std::thread::sleep(self.slow_first);
+        }
         self.inner.image_into(index, buf);
+        self.read.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
     fn classes(&self) -> usize {
         10
@@ -51,10 +69,7 @@ fn config(workers: usize) -> LoaderConfig {
 
 /// A loader over 64 images of which image 45 (in batch 5, without shuffling) cannot be read.
 fn faulty_loader(workers: usize) -> Loader {
-    let dataset = Arc::new(Faulty {
-        inner: Synthetic::new(64, 10, 3),
-        bad: 45,
-    });
+    let dataset = Arc::new(Faulty::new(Synthetic::new(64, 10, 3), 45));
     let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, ImageShape::GREY_28));
     Loader::new(dataset, pipeline, config(workers)).unwrap()
 }
@@ -115,10 +130,7 @@ fn independent_builders_report_a_panic_instead_of_hanging() {
     assert!(rate.is_finite() && rate > 0.0);
     // Sample 45 is in batch 5 (timed, thread 1); sample 12 in batch 1 (thread 1's warm-up).
     for (bad, batch) in [(45, 5), (12, 1)] {
-        let dataset = Arc::new(Faulty {
-            inner: Synthetic::new(64, 10, 3),
-            bad,
-        });
+        let dataset = Arc::new(Faulty::new(Synthetic::new(64, 10, 3), bad));
         let started = Instant::now();
         let err = independent_rate(dataset, pipeline.clone(), config(2), 2, 2, 8).unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(10), "no hang");
@@ -153,47 +165,14 @@ fn a_panic_with_no_workers_is_the_same_clear_error_naming_the_batch() {
     assert!(loader.next_batch().is_ok());
 }
 
-/// A dataset whose image 0 (in batch 0) takes `delay` to read, counting the images read.
-struct SlowFirst {
-    inner: Synthetic,
-    delay: Duration,
-    read: std::sync::atomic::AtomicUsize,
-}
-
-impl Dataset for SlowFirst {
-    fn len(&self) -> usize {
-        self.inner.len()
-    }
-    fn label(&self, index: usize) -> u8 {
-        self.inner.label(index)
-    }
-    fn shape(&self) -> ImageShape {
-        self.inner.shape()
-    }
-    fn image_into(&self, index: usize, buf: &mut [u8]) {
-        if index == 0 {
-            std::thread::sleep(self.delay);
-        }
-        self.inner.image_into(index, buf);
-        self.read.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    }
-    fn classes(&self) -> usize {
-        10
-    }
-    fn describe(&self) -> String {
-        "slow first image".into()
-    }
-}
-
 #[test]
 fn a_slow_batch_does_not_stop_the_other_workers() {
     // 2 workers, 2 buffers each: while one worker spends 1 s on the first image of batch 0,
     // the other fills every other buffer (batches 1, 2 and 3: 24 images). Round robin (batch
     // k to worker k mod 2) let it build only its own two, 1 and 3, and then wait (16 images).
-    let dataset = Arc::new(SlowFirst {
-        inner: Synthetic::new(256, 10, 3),
-        delay: Duration::from_millis(1000),
-        read: Default::default(),
+    let dataset = Arc::new(Faulty {
+        slow_first: Duration::from_millis(1000),
+        ..Faulty::new(Synthetic::new(256, 10, 3), usize::MAX)
     });
     let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, ImageShape::GREY_28));
     let mut loader = Loader::new(dataset.clone(), pipeline, config(2)).unwrap();

@@ -64,7 +64,8 @@ where
     });
 }
 
-/// `dst (m×n, row-major) [+]= lhs (m×k) · rhs (k×n)`, operands given by row and column strides.
+/// `dst (m×n, row-major) [+]= lhs (m×k) · rhs (k×n)`, operands given by row and column strides,
+/// on the threads of the current rayon pool.
 #[allow(clippy::too_many_arguments)]
 fn matmul(
     m: usize,
@@ -73,19 +74,39 @@ fn matmul(
     dst: &mut [f32],
     accumulate: bool,
     lhs: &[f32],
-    (lhs_rs, lhs_cs): (usize, usize),
+    lhs_strides: (usize, usize),
     rhs: &[f32],
-    (rhs_rs, rhs_cs): (usize, usize),
+    rhs_strides: (usize, usize),
 ) {
-    assert!(dst.len() >= m * n);
-    assert!(m == 0 || k == 0 || lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
-    assert!(n == 0 || k == 0 || rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
     let t = threads();
     let parallelism = if t > 1 {
         Parallelism::Rayon(t)
     } else {
         Parallelism::None
     };
+    gemm_strided(
+        (m, n, k),
+        dst,
+        accumulate,
+        (lhs, lhs_strides),
+        (rhs, rhs_strides),
+        parallelism,
+    );
+}
+
+/// `dst (m×n, row-major) [+]= lhs (m×k) · rhs (k×n)` with the given parallelism; each operand
+/// with its (row, column) strides.
+fn gemm_strided(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [f32],
+    accumulate: bool,
+    (lhs, (lhs_rs, lhs_cs)): (&[f32], (usize, usize)),
+    (rhs, (rhs_rs, rhs_cs)): (&[f32], (usize, usize)),
+    parallelism: Parallelism,
+) {
+    assert!(dst.len() >= m * n);
+    assert!(m == 0 || k == 0 || lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
+    assert!(n == 0 || k == 0 || rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
     // SAFETY: the asserts above keep every access inside the three slices.
     unsafe {
         gemm::gemm(
@@ -618,43 +639,23 @@ fn col2im_nchw(cols: &[f32], s: ConvShape, img: &mut [f32]) {
 }
 
 /// `dst (m×n) [+]= lhs (m×k) · rhs (k×n)` on the calling thread (the callers split by image).
-#[allow(clippy::too_many_arguments)]
 fn gemm_serial(
-    (m, n, k): (usize, usize, usize),
+    dims: (usize, usize, usize),
     dst: &mut [f32],
     accumulate: bool,
     lhs: &[f32],
-    (lhs_rs, lhs_cs): (usize, usize),
+    lhs_strides: (usize, usize),
     rhs: &[f32],
-    (rhs_rs, rhs_cs): (usize, usize),
+    rhs_strides: (usize, usize),
 ) {
-    assert!(dst.len() >= m * n);
-    assert!(m == 0 || k == 0 || lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
-    assert!(n == 0 || k == 0 || rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
-    // SAFETY: the asserts above keep every access inside the three slices.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate,
-            lhs.as_ptr(),
-            lhs_cs as isize,
-            lhs_rs as isize,
-            rhs.as_ptr(),
-            rhs_cs as isize,
-            rhs_rs as isize,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            Parallelism::None,
-        );
-    }
+    gemm_strided(
+        dims,
+        dst,
+        accumulate,
+        (lhs, lhs_strides),
+        (rhs, rhs_strides),
+        Parallelism::None,
+    );
 }
 
 /// Run `f(part, first_image, images)` over the batch split into one run of images per thread.
