@@ -1,7 +1,7 @@
 //! Image folders and encoded images: torchvision's ImageFolder order and labels, JPEG / PNG
 //! decoding against Pillow, colour modes, the cache modes, and the failures a user meets (a
 //! corrupt or truncated image, an empty class folder, a root without classes, files the
-//! decoder does not read, images of different sizes).
+//! decoder does not read, images of different sizes, link loops, decompression bombs).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -365,4 +365,89 @@ fn an_image_folder_runs_end_to_end() {
     let npy = std::fs::read(preview.join("augmented.npy")).unwrap();
     let header = String::from_utf8_lossy(&npy[10..90]).replace(' ', "");
     assert!(header.contains("(3,32,32,3,)"), "{header}");
+}
+
+#[test]
+fn link_loops_are_refused_and_two_links_to_one_folder_are_walked_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    put(root, "cat", "a.png", 8, 8, 0);
+    put(root, "dog", "b.png", 8, 8, 1);
+    // Two links to one folder elsewhere: walked twice, as os.walk(followlinks=True) does.
+    std::fs::create_dir_all(root.join("shared")).unwrap();
+    put(root, "shared", "s.png", 8, 8, 2);
+    std::os::unix::fs::symlink(root.join("shared"), root.join("cat").join("l1")).unwrap();
+    std::os::unix::fs::symlink(root.join("shared"), root.join("cat").join("l2")).unwrap();
+    let folder = open(root, CacheMode::None, OnError::Fail);
+    assert!(folder.is_ok(), "{:?}", folder.err());
+    // cat: a.png, l1/s.png, l2/s.png (and the empty sub/); dog: b.png; shared: s.png.
+    assert_eq!(folder.unwrap().len(), 5);
+    // A link back to a folder that contains it would never end.
+    std::os::unix::fs::symlink(root.join("dog"), root.join("dog").join("sub").join("up")).unwrap();
+    let err = open(root, CacheMode::None, OnError::Fail).err().unwrap();
+    assert!(
+        err.contains("a link loop") && err.contains("up") && err.contains("dog"),
+        "{err}"
+    );
+}
+
+/// `bytes` with the first JPEG frame header's height and width set to `side`.
+fn jpeg_claiming(bytes: &[u8], side: u16) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    let sof = out.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap();
+    out[sof + 5..sof + 7].copy_from_slice(&side.to_be_bytes());
+    out[sof + 7..sof + 9].copy_from_slice(&side.to_be_bytes());
+    out
+}
+
+/// `bytes` (a PNG) with its header's width and height set to `side`, the CRC made right.
+fn png_claiming(bytes: &[u8], side: u32) -> Vec<u8> {
+    fn crc32(data: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in data {
+            crc ^= b as u32;
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
+    let mut out = bytes.to_vec();
+    // Signature (8), length (4), "IHDR" (4), width, height, 5 more bytes, CRC over type + data.
+    out[16..20].copy_from_slice(&side.to_be_bytes());
+    out[20..24].copy_from_slice(&side.to_be_bytes());
+    let crc = crc32(&out[12..29]);
+    out[29..33].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
+#[test]
+fn decompression_bombs_are_refused_from_the_header() {
+    let shape = ImageShape::new(3, 8, 8);
+    let pixels = vec![100u8; shape.len()];
+    let mut out = Vec::new();
+    for (what, bytes) in [
+        (
+            "jpeg",
+            jpeg_claiming(&encode(&pixels, shape, Some(90)), 20_000),
+        ),
+        ("png", png_claiming(&encode(&pixels, shape, None), 20_000)),
+    ] {
+        let err = decode(&bytes, ColorMode::Rgb, &mut out).unwrap_err();
+        assert!(
+            err.contains("20000 × 20000") && err.contains("decompression-bomb"),
+            "{what}: {err}"
+        );
+        assert!(
+            out.capacity() < 1 << 20,
+            "{what}: nothing large was allocated"
+        );
+    }
+    // Under the limit the same header change is an ordinary decode error or image.
+    let small = png_claiming(&encode(&pixels, shape, None), 8);
+    assert!(decode(&small, ColorMode::Rgb, &mut out).is_ok());
 }

@@ -19,6 +19,22 @@ pub const EXTENSIONS: [&str; 4] = ["jpg", "jpeg", "png", "bmp"];
 /// holding them would give another sample list than torchvision's, so it is refused.
 pub const UNSUPPORTED: [&str; 5] = ["ppm", "pgm", "tif", "tiff", "webp"];
 
+/// Pillow's decompression-bomb limit: `Image.open` refuses images of more than twice
+/// `Image.MAX_IMAGE_PIXELS` (89,478,485) pixels. A few KB of PNG can declare 50,000 × 50,000
+/// pixels (7.5 GB decoded); checked from the header, before anything is allocated.
+pub const MAX_PIXELS: u64 = 2 * 89_478_485;
+
+fn check_size(width: u64, height: u64) -> Result<(), String> {
+    if width * height > MAX_PIXELS {
+        return Err(format!(
+            "{width} × {height} = {} pixels, more than Pillow's decompression-bomb limit of \
+             {MAX_PIXELS} (Image.open refuses it too)",
+            width * height
+        ));
+    }
+    Ok(())
+}
+
 /// Decode `bytes` into `out` (planar), returning the image's shape; the error is the decoder's
 /// reason.
 pub fn decode(bytes: &[u8], mode: ColorMode, out: &mut Vec<u8>) -> Result<ImageShape, String> {
@@ -29,6 +45,10 @@ pub fn decode(bytes: &[u8], mode: ColorMode, out: &mut Vec<u8>) -> Result<ImageS
     if !matches!(format, ImageFormat::Png | ImageFormat::Bmp) {
         return Err(format!("{format:?} images are not decoded by this build"));
     }
+    let (w, h) = image::io::Reader::with_format(Cursor::new(bytes), format)
+        .into_dimensions()
+        .map_err(|e| e.to_string())?;
+    check_size(w.into(), h.into())?;
     let mut reader = image::io::Reader::with_format(Cursor::new(bytes), format);
     reader.no_limits();
     let img = reader.decode().map_err(|e| e.to_string())?;
@@ -47,6 +67,9 @@ fn decode_jpeg(bytes: &[u8], mode: ColorMode, out: &mut Vec<u8>) -> Result<Image
         return Err("truncated: no end-of-image marker after the last scan".into());
     }
     let mut decoder = zune_jpeg::JpegDecoder::new_with_options(bytes, options);
+    decoder.decode_headers().map_err(|e| format!("{e:?}"))?;
+    let (w, h) = decoder.dimensions().ok_or("no JPEG header")?;
+    check_size(w as u64, h as u64)?;
     let rgb = decoder.decode().map_err(|e| format!("{e:?}"))?;
     let info = decoder.info().ok_or("no JPEG header")?;
     let (w, h) = (info.width as usize, info.height as usize);

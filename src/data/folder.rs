@@ -48,17 +48,36 @@ fn extension(path: &Path) -> String {
 /// Every file under `dir` in `os.walk` order as torchvision sorts it: folders by path, the
 /// files of each folder by name.
 fn walk(dir: &Path, out: &mut Vec<(PathBuf, PathBuf)>) -> Result<(), DataError> {
-    let mut folders = vec![dir.to_path_buf()];
+    // Each folder with its real path and the folder it was found in: a link back to a folder
+    // on its own path would make the walk endless (os.walk(followlinks=True) recurses until
+    // the path is too long). Two links to one folder elsewhere are walked twice, as os.walk
+    // does.
+    let mut folders: Vec<(PathBuf, PathBuf, Option<usize>)> = Vec::new();
+    let real = |p: &Path| std::fs::canonicalize(p).map_err(io(p));
+    folders.push((dir.to_path_buf(), real(dir)?, None));
     let mut i = 0;
     while i < folders.len() {
-        let here = folders[i].clone();
+        let here = folders[i].0.clone();
         let mut files = Vec::new();
         for entry in std::fs::read_dir(&here).map_err(io(&here))? {
             let entry = entry.map_err(io(&here))?;
             let path = entry.path();
             // Like os.walk(followlinks=True): a link to a folder is walked.
             if path.is_dir() {
-                folders.push(path);
+                let target = real(&path)?;
+                let mut up = Some(i);
+                while let Some(a) = up {
+                    if folders[a].1 == target {
+                        return Err(DataError::Mismatch(format!(
+                            "{}: a link loop: it leads back to {}, which contains it; remove \
+                             the link so that the image folder is a tree",
+                            path.display(),
+                            folders[a].0.display()
+                        )));
+                    }
+                    up = folders[a].2;
+                }
+                folders.push((path, target, Some(i)));
             } else {
                 files.push(path);
             }
