@@ -624,7 +624,7 @@ fn stages(a: &Analysis) -> String {
         "### Loader stages\n\nWhere the loader's time goes, per image: reading and decoding, \
          each transform op, `to_tensor` (with `normalize`) into the batch buffer, the batch's \
          fingerprint, the rest of `build_batch` (`other`), and `queue_full`, the time a worker \
-         sat blocked because every batch it may have in flight was waiting to be consumed. Shares \
+         sat blocked because every buffer of the loader held a batch waiting to be consumed. Shares \
          are of the loader's time per batch (the build + `queue_full`). Timed on the monotonic \
          clock: per-image stages on one image in {}, the rest on every batch. The trace draws \
          the first image of each batch as spans inside `build_batch`; a span costs about as \

@@ -192,41 +192,22 @@ pub fn run(
             interrupted = true;
             break;
         }
-        // Headroom runs: batches already on the device, no loader in the loop; never part of
-        // the speed figures. Each round ends with its share of every profiled condition's
-        // headroom steps (all conditions, or a Slurm task's share), so the ceiling meets the
-        // machine's drift as the timed runs do (one headroom run after all rounds once came out
-        // 8–16 % below runs that had met a faster machine).
         let round_ends = selected
             .get(at + 1)
             .is_none_or(|next| next.round != planned.round);
-        if round_ends && exp.base.protocol.headroom {
-            let rounds = exp.base.protocol.rounds.max(1);
-            for (i, c) in exp.conditions.iter().enumerate() {
-                if !opts.profiles(i) {
-                    continue;
-                }
-                let total = prepared[i].settings().protocol.headroom_steps;
-                let r = planned.round as u64;
-                let steps = total * (r + 1) / rounds - total * r / rounds;
-                if steps == 0 {
-                    continue;
-                }
-                let trainer = trainers.get(i, &prepared[i])?;
-                match headroom::run(&c.name, &prepared[i], trainer, steps)? {
-                    Some(record) => match &mut metas[i].headroom {
-                        Some(earlier) => earlier.absorb(record),
-                        None => metas[i].headroom = Some(record),
-                    },
-                    None => {
-                        interrupted = true;
-                        break;
-                    }
-                }
-            }
-            if interrupted {
-                break;
-            }
+        if round_ends
+            && exp.base.protocol.headroom
+            && !round_headroom(
+                exp,
+                opts,
+                &prepared,
+                &mut trainers,
+                &mut metas,
+                planned.round,
+            )?
+        {
+            interrupted = true;
+            break;
         }
     }
     if !interrupted && exp.base.protocol.headroom {
@@ -288,6 +269,39 @@ pub fn run(
         });
     }
     Ok(meta)
+}
+
+/// Headroom runs (batches already on the device, no loader in the loop; never part of the
+/// speed figures) at the end of `round`: every profiled condition (all, or a Slurm task's
+/// share) runs its share of `protocol.headroom_steps`, added to its record, so the ceiling
+/// meets the machine's drift as the timed runs do (a single headroom run after all rounds once
+/// came out 8–16 % below the timed runs, which had met a faster machine). False when
+/// interrupted.
+fn round_headroom(
+    exp: &Experiment,
+    opts: &RunOptions,
+    prepared: &[Setup],
+    trainers: &mut Trainers,
+    metas: &mut [ConditionMeta],
+    round: usize,
+) -> Result<bool, RunError> {
+    let (rounds, r) = (exp.base.protocol.rounds.max(1), round as u64);
+    for (i, c) in exp.conditions.iter().enumerate() {
+        let total = prepared[i].settings().protocol.headroom_steps;
+        let steps = total * (r + 1) / rounds - total * r / rounds;
+        if !opts.profiles(i) || steps == 0 {
+            continue;
+        }
+        let trainer = trainers.get(i, &prepared[i])?;
+        let Some(record) = headroom::run(&c.name, &prepared[i], trainer, steps)? else {
+            return Ok(false);
+        };
+        match &mut metas[i].headroom {
+            Some(earlier) => earlier.absorb(record),
+            None => metas[i].headroom = Some(record),
+        }
+    }
+    Ok(true)
 }
 
 /// Every condition ready to run.
