@@ -1,4 +1,4 @@
-//! Fast CPU layers for the SmallCNN, as candle custom ops with hand-written backward passes.
+//! Fast CPU layers, as candle custom ops with hand-written backward passes.
 //!
 //! candle's generic CPU paths for convolution backward, pooling and strided copies dominate a
 //! step on these shapes (hundreds of ms at batch 256). Here activations stay channels-last
@@ -8,6 +8,10 @@
 //! over a C×H×W flatten), so the same parameters give the same numbers as the candle path; the
 //! gradient fixture checks it. Work is split over the threads of the current rayon pool (the
 //! condition's compute pool in a run).
+//!
+//! For every other network (the ResNets, CNNs whose sides a pooling does not halve) two ops
+//! take the place of candle's inside its graph, activations NCHW: [`Conv2dNchw`], any kernel,
+//! stride and padding, and [`BatchNormNchw`], training mode with float64 sums.
 
 use std::sync::Mutex;
 
@@ -680,7 +684,8 @@ fn par_images(n: usize, f: impl Fn(usize, std::ops::Range<usize>) + Sync) -> usi
 /// PyTorch's: per image, im2col and one gemm, images split over the pool's threads. The
 /// backward pass recomputes each image's columns instead of keeping them (a ResNet's would
 /// take hundreds of MB per step). candle's CPU convolution backward runs a transposed
-/// convolution with a generic kernel, tens of times slower on a ResNet's shapes.
+/// convolution with a generic kernel: a ResNet-18 step (batch 64, 32×32, one thread) took
+/// 17.6 s with candle's convolution and 7.4 s with this op.
 pub struct Conv2dNchw {
     pub stride: usize,
     pub padding: usize,
