@@ -302,18 +302,11 @@ impl Model {
                 .contiguous()?
                 .apply_op3(self.t(weight), self.t(weight + 1), op)?;
             let s = stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let unbiased = count / (count - 1.0).max(1.0);
-            let mean: Vec<f32> = s.mean.iter().map(|&m| m as f32).collect();
-            let var: Vec<f32> = s.var.iter().map(|&v| (v * unbiased) as f32).collect();
-            let (mean, var) = (
-                Tensor::from_vec(mean, c, x.device())?,
-                Tensor::from_vec(var, c, x.device())?,
-            );
-            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-            let (rm, rv) = &running[norm];
-            let next_mean = ((rm * (1.0 - BN_MOMENTUM))? + (mean * BN_MOMENTUM)?)?;
-            let next_var = ((rv * (1.0 - BN_MOMENTUM))? + (var * BN_MOMENTUM)?)?;
-            running[norm] = (next_mean, next_var);
+            let as_tensor = |v: &[f64]| {
+                let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+                Tensor::from_vec(v, c, x.device())
+            };
+            self.update_running(norm, &as_tensor(&s.mean)?, &as_tensor(&s.var)?, count)?;
             return Ok(y);
         }
         let dtype = x.dtype();
@@ -333,15 +326,24 @@ impl Model {
             .broadcast_mul(&inv.broadcast_mul(&gamma)?)?
             .broadcast_add(&beta)?
             .to_dtype(dtype)?;
-        let (mean, var) = (mean.to_dtype(dtype)?, var.to_dtype(dtype)?);
+        let (mean, var) = (
+            mean.to_dtype(dtype)?.detach().flatten_all()?,
+            var.to_dtype(dtype)?.detach().flatten_all()?,
+        );
+        self.update_running(norm, &mean, &var, count)?;
+        Ok(y)
+    }
+
+    /// Move BatchNorm `norm`'s running statistics towards a batch's mean and biased variance
+    /// (per channel) over `count` values, as PyTorch does: momentum 0.1, the variance unbiased.
+    fn update_running(&self, norm: usize, mean: &Tensor, var: &Tensor, count: f64) -> Result<()> {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let (rm, rv) = &running[norm];
-        let unbiased = (var.detach().flatten_all()? * (count / (count - 1.0).max(1.0)))?;
-        let next_mean =
-            ((rm * (1.0 - BN_MOMENTUM))? + (mean.detach().flatten_all()? * BN_MOMENTUM)?)?;
+        let unbiased = (var * (count / (count - 1.0).max(1.0)))?;
+        let next_mean = ((rm * (1.0 - BN_MOMENTUM))? + (mean * BN_MOMENTUM)?)?;
         let next_var = ((rv * (1.0 - BN_MOMENTUM))? + (unbiased * BN_MOMENTUM)?)?;
         running[norm] = (next_mean, next_var);
-        Ok(y)
+        Ok(())
     }
 }
 
