@@ -718,7 +718,8 @@ impl candle_core::CustomOp2 for Conv2dNchw {
         let mut y = vec![0.0f32; s.n * out_image];
         let y_ptr = SendPtr(y.as_mut_ptr());
         par_images(s.n, |_, images| {
-            let mut cols = vec![0.0f32; k * p];
+            // Every element is written by im2col before it is read.
+            let mut cols = take(k * p);
             for i in images {
                 im2col_nchw(&x[i * image..][..image], s, &mut cols);
                 // SAFETY: each image's output range is written by the one part that owns it.
@@ -726,6 +727,7 @@ impl candle_core::CustomOp2 for Conv2dNchw {
                     unsafe { std::slice::from_raw_parts_mut(y_ptr.at(i * out_image), out_image) };
                 gemm_serial((s.co, p, k), out, false, w, (k, 1), &cols, (p, 1));
             }
+            give(cols);
         });
         Ok((CpuStorage::F32(y), Shape::from((s.n, s.co, s.oh, s.ow))))
     }
@@ -747,7 +749,8 @@ impl candle_core::CustomOp2 for Conv2dNchw {
                     let gx_ptr = SendPtr(gx.as_mut_ptr());
                     let partial: Parts<Vec<f32>> = Parts::new(threads().min(s.n.max(1)));
                     let parts = par_images(s.n, |part, images| {
-                        let mut cols = vec![0.0f32; k * p];
+                        // Every element is written (im2col, then the gemm) before it is read.
+                        let mut cols = take(k * p);
                         let mut gw = vec![0.0f32; s.co * k];
                         for (j, i) in images.enumerate() {
                             let g = &gys[i * out_image..][..out_image];
@@ -764,6 +767,7 @@ impl candle_core::CustomOp2 for Conv2dNchw {
                                 col2im_nchw(&cols, s, gxi);
                             }
                         }
+                        give(cols);
                         *partial.0[part].lock().unwrap_or_else(|e| e.into_inner()) = gw;
                     });
                     let mut sums = partial
