@@ -94,6 +94,9 @@ struct Coefficients {
     coeffs: Vec<i32>,
     /// The same three-tap filter laid out for a 32-lane row (see [`Lanes32`]), when it fits.
     lanes: Option<Box<Lanes32>>,
+    /// For filters of at most 8 taps: each output's coefficients padded with zeros to 8, so
+    /// one 8-lane load covers every tap (see [`hpass8_avx2`]); empty otherwise.
+    wide: Vec<i32>,
 }
 
 /// A three-tap filter of at most 32 outputs over at most 29 inputs, as 32 lanes: for tap `t`
@@ -132,6 +135,8 @@ pub struct ResizeScratch {
     filters: Vec<((usize, usize), Coefficients)>,
     weights: Vec<f64>,
     row: Vec<u8>,
+    /// A crop row widened to i32, with 8 zeros after it (for [`hpass8_avx2`]).
+    wide_row: Vec<i32>,
     temp: Vec<u8>,
     acc: Vec<i32>,
 }
@@ -154,6 +159,13 @@ impl ResizeScratch {
                     &mut self.weights,
                 );
                 c.lanes = Lanes32::new(in_size, &c);
+                if c.ksize <= 8 {
+                    c.wide = c
+                        .coeffs
+                        .chunks_exact(c.ksize)
+                        .flat_map(|k| (0..8).map(|t| k.get(t).copied().unwrap_or(0)))
+                        .collect();
+                }
                 c
             }
         }
@@ -261,7 +273,8 @@ fn vertical_first(in_w: usize, in_h: usize, out_w: usize, out_h: usize) -> bool 
 
 /// [`crop_resize`] with the vertical pass first ([`vertical_first`]): each output row is a
 /// weighted sum of crop rows (full crop width), then filtered horizontally.
-fn crop_resize_vertical_first(
+#[inline(always)]
+fn crop_resize_vertical_first<const AVX2: bool>(
     src: &[u8],
     src_w: usize,
     b: CropBox,
@@ -294,6 +307,14 @@ fn crop_resize_vertical_first(
     for yy in 0..out_h {
         let row = &s.temp[yy * in_w..][..in_w];
         let out = &mut dst[yy * out_w..][..out_w];
+        #[cfg(target_arch = "x86_64")]
+        if AVX2 && !fh.wide.is_empty() {
+            widen(row, &mut s.wide_row);
+            // SAFETY: only reached in the AVX2 instantiation, which runs only on CPUs with
+            // AVX2 (see `crop_resize`).
+            unsafe { hpass8_avx2(&s.wide_row, &fh, out) };
+            continue;
+        }
         for ((o, &(xmin, n)), k) in out
             .iter_mut()
             .zip(&fh.bounds)
@@ -367,6 +388,85 @@ fn hpass3_avx2(row: &[u8; 32], l: &Lanes32, out: &mut [u8; 32]) {
     }
 }
 
+/// `row` as i32 into `wide`, followed by 8 zeros (the taps an 8-lane load reads past it).
+#[inline(always)]
+fn widen(row: &[u8], wide: &mut Vec<i32>) {
+    wide.clear();
+    wide.extend(row.iter().map(|&p| p as i32));
+    wide.extend([0; 8]);
+}
+
+/// One row of a horizontal pass of at most 8 taps (every downsampling by less than 3.5×, and
+/// upsampling rows too wide for [`hpass3_avx2`]), eight outputs at a time: each output's taps
+/// are one unaligned 8-lane load of the widened row times its zero-padded coefficients, and a
+/// tree of horizontal adds sums the eight products of eight outputs into one register.
+///
+/// Exactly the scalar arithmetic: the same i32 products and bias summed in another order
+/// (integer addition is associative and nothing overflows: 255 × 2²² × the taps' sum ≈ 2³⁰),
+/// then `>> 22` and Pillow's clip to 0–255. `row` is [`widen`]ed (8 zeros past its end, so a
+/// load at any `xmin` stays inside it; the padded coefficients there are 0).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn hpass8_avx2(row: &[i32], f: &Coefficients, out: &mut [u8]) {
+    use std::arch::x86_64::*;
+    let n = out.len();
+    let full = n / 8 * 8;
+    for x0 in (0..full).step_by(8) {
+        let mut p = [_mm256_setzero_si256(); 8];
+        for (j, pj) in p.iter_mut().enumerate() {
+            let (xmin, _) = f.bounds[x0 + j];
+            let taps = &row[xmin..xmin + 8];
+            let k = &f.wide[(x0 + j) * 8..][..8];
+            // SAFETY: unaligned loads of exactly 8 i32 from slices of 8 (checked above).
+            *pj = unsafe {
+                _mm256_mullo_epi32(
+                    _mm256_loadu_si256(taps.as_ptr() as *const __m256i),
+                    _mm256_loadu_si256(k.as_ptr() as *const __m256i),
+                )
+            };
+        }
+        let h01 = _mm256_hadd_epi32(p[0], p[1]);
+        let h23 = _mm256_hadd_epi32(p[2], p[3]);
+        let h45 = _mm256_hadd_epi32(p[4], p[5]);
+        let h67 = _mm256_hadd_epi32(p[6], p[7]);
+        // Per 128-bit half: outputs 0–3 (4–7) summed over their low (high) four taps.
+        let q0 = _mm256_hadd_epi32(h01, h23);
+        let q1 = _mm256_hadd_epi32(h45, h67);
+        let sum = _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(q0, q1),
+            _mm256_permute2x128_si256::<0x31>(q0, q1),
+        );
+        let v = _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(_mm256_add_epi32(
+            sum,
+            _mm256_set1_epi32(1 << (PRECISION_BITS - 1)),
+        ));
+        let v = _mm256_min_epi32(
+            _mm256_max_epi32(v, _mm256_setzero_si256()),
+            _mm256_set1_epi32(255),
+        );
+        let words = _mm256_packs_epi32(v, v);
+        let bytes = _mm256_packus_epi16(words, words);
+        let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        let dst = &mut out[x0..x0 + 8];
+        // SAFETY: a store of exactly 8 bytes into a slice of 8.
+        unsafe {
+            _mm_storel_epi64(
+                dst.as_mut_ptr() as *mut __m128i,
+                _mm256_castsi256_si128(ordered),
+            )
+        };
+    }
+    for (x, o) in out.iter_mut().enumerate().skip(full) {
+        let (xmin, taps) = f.bounds[x];
+        let k = &f.coeffs[x * f.ksize..][..taps];
+        let acc = row[xmin..xmin + taps]
+            .iter()
+            .zip(k)
+            .fold(1i32 << (PRECISION_BITS - 1), |acc, (&p, &c)| acc + p * c);
+        *o = clip8(acc);
+    }
+}
+
 /// The crop-and-resize kernel, compiled twice (`AVX2` on and off). One long function on
 /// purpose: it is the seed chain's hot loop (≈ 350k images/s on one core), and the horizontal
 /// pass, the filter-cache lookups and the fused vertical pass share their row buffers and
@@ -392,7 +492,7 @@ fn crop_resize_impl<const AVX2: bool>(
     let need_h = in_w != out_w;
     let need_v = in_h != out_h;
     if need_h && need_v && vertical_first(in_w, in_h, out_w, out_h) {
-        return crop_resize_vertical_first(src, src_w, b, out_w, out_h, dst, s);
+        return crop_resize_vertical_first::<AVX2>(src, src_w, b, out_w, out_h, dst, s);
     }
     let fh = s.filter(in_w, out_w);
     let fv = s.filter(in_h, out_h);
@@ -419,6 +519,13 @@ fn crop_resize_impl<const AVX2: bool>(
             // AVX2 (see `crop_resize`).
             unsafe { hpass3_avx2(&padded, l, &mut lanes_out) };
             out.copy_from_slice(&lanes_out[..temp_w]);
+            continue;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if AVX2 && need_h && !fh.wide.is_empty() {
+            widen(row, &mut s.wide_row);
+            // SAFETY: as for `hpass3_avx2` above.
+            unsafe { hpass8_avx2(&s.wide_row, &fh, out) };
             continue;
         }
         if need_h {
@@ -564,6 +671,36 @@ mod tests {
             }
         }
         assert_eq!(checked, 28 * 28 * 2);
+    }
+
+    #[test]
+    fn wide_rows_equal_the_portable_path() {
+        // Crops of a 240×180 noise image to 64×64 and 61×45 (a tail of outputs past the last
+        // group of 8): up- and downsampling up to 4× (1 to 9 taps), both pass orders.
+        let (w, h) = (240, 180);
+        let src: Vec<u8> = (0..(w * h) as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let (mut fast, mut portable) = (ResizeScratch::default(), ResizeScratch::default());
+        let (mut a, mut b) = (vec![0u8; 64 * 64], vec![0u8; 64 * 64]);
+        let mut vertical_first_seen = false;
+        for height in (9..=h).step_by(19) {
+            for width in (7..=w).step_by(23) {
+                for (ow, oh) in [(64, 64), (61, 45)] {
+                    let bx = CropBox {
+                        top: (h - height) / 3,
+                        left: (w - width) / 2,
+                        height,
+                        width,
+                    };
+                    vertical_first_seen |= vertical_first(width, height, ow, oh);
+                    crop_resize(&src, w, bx, ow, oh, &mut a, &mut fast);
+                    crop_resize_impl::<false>(&src, w, bx, ow, oh, &mut b, &mut portable);
+                    assert_eq!(a[..ow * oh], b[..ow * oh], "{bx:?} -> {ow}×{oh}");
+                }
+            }
+        }
+        assert!(vertical_first_seen);
     }
 
     #[test]
