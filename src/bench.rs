@@ -17,8 +17,8 @@ use crate::loader::{Batch, BatchBuilder, Loader, LoaderConfig, LoaderError};
 use crate::net::{Layer, Network};
 use crate::runner::DataSetup;
 use crate::train::{ComputePool, InitialWeights, Layers, Trainer};
-use crate::transforms::Pipeline;
 use crate::transforms::Scratch;
+use crate::transforms::{Observe, Pipeline};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Measurement {
@@ -133,10 +133,21 @@ fn chain_rates(
             decode = timed_rate(16, 32_768, 0.5, |k| {
                 let _ = dataset.read_image(k % dataset.len(), &mut buf);
             });
+            // As the loader reads: only the region a leading RandomResizedCrop keeps.
             whole = timed_rate(16, 32_768, 0.5, |k| {
                 let i = k % dataset.len();
-                if let Ok(shape) = dataset.read_image(i, &mut buf) {
-                    pipeline.apply_shaped(&buf, shape, epoch, i as u64, &mut scratch, &mut out);
+                let crop = |shape| pipeline.leading_crop(shape, epoch, i as u64);
+                if let Ok(read) = dataset.read_region(i, &mut buf, &crop) {
+                    pipeline.apply_staged(
+                        &buf,
+                        read.shape,
+                        read.region,
+                        epoch,
+                        i as u64,
+                        &mut scratch,
+                        &mut out,
+                        Observe::default(),
+                    );
                 }
             });
         }

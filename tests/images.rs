@@ -451,3 +451,74 @@ fn decompression_bombs_are_refused_from_the_header() {
     let small = png_claiming(&encode(&pixels, shape, None), 8);
     assert!(decode(&small, ColorMode::Rgb, &mut out).is_ok());
 }
+
+/// The dataset it wraps, read whole: `Dataset::read_region`'s default.
+struct Whole(Arc<dyn Dataset>);
+
+impl Dataset for Whole {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn label(&self, index: usize) -> u8 {
+        self.0.label(index)
+    }
+    fn shape(&self) -> ImageShape {
+        self.0.shape()
+    }
+    fn image_into(&self, index: usize, buf: &mut [u8]) {
+        self.0.image_into(index, buf)
+    }
+    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, data::DataError> {
+        self.0.read_image(index, buf)
+    }
+    fn decodes(&self) -> bool {
+        true
+    }
+    fn classes(&self) -> usize {
+        self.0.classes()
+    }
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+}
+
+/// A leading RandomResizedCrop lets the loader decode only the crop (ROI decoding): the same
+/// box, the same random numbers for the ops after it, the same batches as decoding whole.
+#[test]
+fn decoding_only_the_crop_changes_no_batch() {
+    for quality in [Some(80), None] {
+        let inner = data::Synthetic::with_shape(24, 3, ImageShape::new(3, 90, 121), 7);
+        let encoded: Arc<dyn Dataset> = Arc::new(data::EncodedSynthetic::new(inner, quality));
+        // The seed's chain: RandomResizedCrop(28), then RandomRotation (more random numbers).
+        let pipeline = Arc::new(Pipeline::new(
+            &seed_transforms(),
+            3,
+            ImageShape::new(3, 0, 0),
+        ));
+        let mut buf = Vec::new();
+        for i in 0..encoded.len() {
+            let crop = |shape| pipeline.leading_crop(shape, 0, i as u64);
+            let read = encoded.read_region(i, &mut buf, &crop).unwrap();
+            let b = read.region.expect("a region is read");
+            assert_eq!(buf.len(), 3 * b.height * b.width);
+            assert!(b.height < 90 || b.width < 121, "{b:?}");
+        }
+        let whole: Arc<dyn Dataset> = Arc::new(Whole(Arc::clone(&encoded)));
+        for workers in [0, 2] {
+            let mut a =
+                Loader::new(Arc::clone(&encoded), Arc::clone(&pipeline), config(workers)).unwrap();
+            let mut b =
+                Loader::new(Arc::clone(&whole), Arc::clone(&pipeline), config(workers)).unwrap();
+            for _ in 0..12 {
+                let x = a.next_batch().unwrap();
+                let (fx, ix) = (x.fingerprint, x.images().to_vec());
+                let y = b.next_batch().unwrap();
+                assert_eq!(
+                    (fx, ix),
+                    (y.fingerprint, y.images().to_vec()),
+                    "{quality:?}"
+                );
+            }
+        }
+    }
+}

@@ -5,11 +5,12 @@
 //! needs nothing installed; its agreement with Pillow (libjpeg-turbo) is measured in
 //! tests/images.rs.
 
+use std::cell::RefCell;
 use std::io::Cursor;
 
 use image::{DynamicImage, ImageFormat};
 
-use super::ImageShape;
+use super::{CropBox, ImageShape, Read, Region};
 use crate::config::ColorMode;
 
 /// The formats this build decodes, by lowercase file extension.
@@ -38,9 +39,28 @@ fn check_size(width: u64, height: u64) -> Result<(), String> {
 /// Decode `bytes` into `out` (planar), returning the image's shape; the error is the decoder's
 /// reason.
 pub fn decode(bytes: &[u8], mode: ColorMode, out: &mut Vec<u8>) -> Result<ImageShape, String> {
+    decode_region(bytes, mode, &|_| None, out).map(|read| read.shape)
+}
+
+thread_local! {
+    /// The decoder's interleaved output, reused from image to image: a fresh zeroed buffer per
+    /// image (what `JpegDecoder::decode` allocates) costs page faults on every sample.
+    static DECODED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// [`decode`] of the part `region` asks for (given the image's shape, from its header): when
+/// it names a crop, `out` receives only the crop's pixels, identical to the same crop of a
+/// full decode, and a JPEG is decoded only as far as the crop needs (see
+/// `JpegDecoder::set_window` in vendor/zune-jpeg).
+pub fn decode_region(
+    bytes: &[u8],
+    mode: ColorMode,
+    region: Region,
+    out: &mut Vec<u8>,
+) -> Result<Read, String> {
     let format = image::guess_format(bytes).map_err(|e| e.to_string())?;
     if format == ImageFormat::Jpeg {
-        return decode_jpeg(bytes, mode, out);
+        return decode_jpeg(bytes, mode, region, out);
     }
     if !matches!(format, ImageFormat::Png | ImageFormat::Bmp) {
         return Err(format!("{format:?} images are not decoded by this build"));
@@ -52,12 +72,47 @@ pub fn decode(bytes: &[u8], mode: ColorMode, out: &mut Vec<u8>) -> Result<ImageS
     let mut reader = image::io::Reader::with_format(Cursor::new(bytes), format);
     reader.no_limits();
     let img = reader.decode().map_err(|e| e.to_string())?;
-    Ok(planar(&img, mode, out))
+    let full = ImageShape::new(channels(mode), h as usize, w as usize);
+    let Some(b) = region(full).filter(|b| inside(b, full)) else {
+        return Ok(Read {
+            shape: planar(&img, mode, out),
+            region: None,
+        });
+    };
+    DECODED.with_borrow_mut(|whole| {
+        planar(&img, mode, whole);
+        let cropped = full.with_size(b.height, b.width);
+        out.resize(cropped.len(), 0);
+        crate::transforms::crop(whole, full, b.top, b.left, b.height, b.width, out);
+    });
+    Ok(Read {
+        shape: full,
+        region: Some(b),
+    })
+}
+
+fn channels(mode: ColorMode) -> usize {
+    match mode {
+        ColorMode::L => 1,
+        ColorMode::Rgb => 3,
+    }
+}
+
+fn inside(b: &CropBox, shape: ImageShape) -> bool {
+    b.height > 0
+        && b.width > 0
+        && b.top + b.height <= shape.height
+        && b.left + b.width <= shape.width
 }
 
 /// JPEG through zune-jpeg (SIMD IDCT and colour conversion) to RGB, then to `mode`: a grey
 /// JPEG comes out with R = G = B = Y, so both modes give what Pillow gives.
-fn decode_jpeg(bytes: &[u8], mode: ColorMode, out: &mut Vec<u8>) -> Result<ImageShape, String> {
+fn decode_jpeg(
+    bytes: &[u8],
+    mode: ColorMode,
+    region: Region,
+    out: &mut Vec<u8>,
+) -> Result<Read, String> {
     let options = zune_jpeg::zune_core::options::DecoderOptions::default()
         .jpeg_set_out_colorspace(zune_jpeg::zune_core::colorspace::ColorSpace::RGB)
         .set_max_width(1 << 16)
@@ -70,37 +125,88 @@ fn decode_jpeg(bytes: &[u8], mode: ColorMode, out: &mut Vec<u8>) -> Result<Image
     decoder.decode_headers().map_err(|e| format!("{e:?}"))?;
     let (w, h) = decoder.dimensions().ok_or("no JPEG header")?;
     check_size(w as u64, h as u64)?;
-    let rgb = decoder.decode().map_err(|e| format!("{e:?}"))?;
-    let info = decoder.info().ok_or("no JPEG header")?;
-    let (w, h) = (info.width as usize, info.height as usize);
-    let plane = w * h;
-    if rgb.len() != 3 * plane {
+    let full = ImageShape::new(channels(mode), h, w);
+    let b = region(full).filter(|b| inside(b, full));
+    if let Some(b) = b {
+        decoder.set_window(b.top..b.top + b.height, b.left..b.left + b.width);
+    }
+    let size = decoder.output_buffer_size().ok_or("no JPEG header")?;
+    // RGB, or one channel for a grey JPEG (zune-jpeg keeps a single component as it is).
+    let components = size / (w * h).max(1);
+    if !matches!(components, 1 | 3) || size != components * w * h {
         return Err(format!(
-            "decoded {} bytes for a {w}×{h} RGB image",
-            rgb.len()
+            "the decoder gives {size} bytes for a {w}×{h} image"
         ));
     }
-    Ok(match mode {
-        ColorMode::L => {
-            out.clear();
-            out.extend(
-                rgb.chunks_exact(3)
-                    .map(|p| crate::shape::luma(p[0], p[1], p[2])),
-            );
-            ImageShape::new(1, h, w)
+    DECODED.with_borrow_mut(|rgb| {
+        if rgb.len() < size {
+            rgb.resize(size, 0);
         }
-        ColorMode::Rgb => {
+        decoder
+            .decode_into(&mut rgb[..size])
+            .map_err(|e| format!("{e:?}"))?;
+        let b = b.unwrap_or(CropBox::whole(full));
+        to_planar(&rgb[..size], components, w, b, mode, out);
+        Ok::<(), String>(())
+    })?;
+    Ok(Read {
+        shape: full,
+        region: b,
+    })
+}
+
+/// The `b` window of an interleaved RGB (`components` = 3) or grey (1) image `width` wide,
+/// converted to `mode` (grey repeated to R = G = B, as PIL's `convert("RGB")`), planar, into
+/// `out`.
+fn to_planar(
+    rgb: &[u8],
+    components: usize,
+    width: usize,
+    b: CropBox,
+    mode: ColorMode,
+    out: &mut Vec<u8>,
+) {
+    let plane = b.height * b.width;
+    let n = components;
+    let rows =
+        || (b.top..b.top + b.height).map(move |y| &rgb[n * (y * width + b.left)..][..n * b.width]);
+    match (mode, n) {
+        (_, 1) => {
+            out.clear();
+            for row in rows() {
+                out.extend_from_slice(row);
+            }
+            if mode == ColorMode::Rgb {
+                out.extend_from_within(..plane);
+                out.extend_from_within(..plane);
+            }
+        }
+        (ColorMode::L, _) => {
+            out.clear();
+            for row in rows() {
+                out.extend(
+                    row.chunks_exact(3)
+                        .map(|p| crate::shape::luma(p[0], p[1], p[2])),
+                );
+            }
+        }
+        (ColorMode::Rgb, _) => {
             out.resize(3 * plane, 0);
             let (r, rest) = out.split_at_mut(plane);
-            let (g, b) = rest.split_at_mut(plane);
-            for (i, p) in rgb.chunks_exact(3).enumerate() {
-                r[i] = p[0];
-                g[i] = p[1];
-                b[i] = p[2];
+            let (g, bl) = rest.split_at_mut(plane);
+            let planes = r
+                .chunks_exact_mut(b.width)
+                .zip(g.chunks_exact_mut(b.width))
+                .zip(bl.chunks_exact_mut(b.width));
+            for (((r, g), bl), row) in planes.zip(rows()) {
+                for (i, p) in row.chunks_exact(3).enumerate() {
+                    r[i] = p[0];
+                    g[i] = p[1];
+                    bl[i] = p[2];
+                }
             }
-            ImageShape::new(3, h, w)
         }
-    })
+    }
 }
 
 /// Whether an end-of-image marker (FF D9) follows the start of the last scan (FF DA). Inside
@@ -188,4 +294,168 @@ pub fn encode(pixels: &[u8], shape: ImageShape, jpeg_quality: Option<u8>) -> Vec
     // Encoding pixels we generated into memory cannot fail but for a bug.
     result.expect("encoding a generated image");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
+
+    /// A smooth gradient with noise (so every block has AC coefficients), interleaved.
+    fn picture(w: usize, h: usize, channels: usize) -> Vec<u8> {
+        (0..w * h * channels)
+            .map(|i| {
+                let (p, c) = (i / channels, i % channels);
+                let (x, y) = (p % w, p / w);
+                let noise = (i as u32).wrapping_mul(2_654_435_761) >> 28;
+                ((x * 3 + y * 2 + c * 70) as u32 + noise) as u8
+            })
+            .collect()
+    }
+
+    fn jpeg(
+        w: usize,
+        h: usize,
+        grey: bool,
+        sampling: SamplingFactor,
+        restart: u16,
+        progressive: bool,
+    ) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut enc = Encoder::new(&mut out, 85);
+        enc.set_sampling_factor(sampling);
+        enc.set_restart_interval(restart);
+        enc.set_progressive(progressive);
+        let (pixels, colour) = if grey {
+            (picture(w, h, 1), ColorType::Luma)
+        } else {
+            (picture(w, h, 3), ColorType::Rgb)
+        };
+        enc.encode(&pixels, w as u16, h as u16, colour).unwrap();
+        out
+    }
+
+    /// Windows at the corners, edges, the middle, 1-pixel ones and the whole image.
+    fn windows(w: usize, h: usize) -> Vec<CropBox> {
+        let mut v = Vec::new();
+        for (top, height) in [
+            (0, h),
+            (0, 1),
+            (h - 1, 1),
+            (0, 17),
+            (h - 20, 20),
+            (7, h / 2),
+            (h / 3, h / 3 + 1),
+        ] {
+            for (left, width) in [
+                (0, w),
+                (0, 1),
+                (w - 1, 1),
+                (0, 33),
+                (w - 17, 17),
+                (9, w / 2),
+                (w / 4, w / 3),
+            ] {
+                v.push(CropBox {
+                    top,
+                    left,
+                    height,
+                    width,
+                });
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn a_region_is_the_same_crop_of_a_full_decode() {
+        let samplings = [
+            SamplingFactor::R_4_4_4,
+            SamplingFactor::R_4_2_2,
+            SamplingFactor::R_4_4_0,
+            SamplingFactor::R_4_2_0,
+            SamplingFactor::R_4_1_1,
+        ];
+        let mut checked = 0;
+        for (w, h) in [(101, 75), (64, 48)] {
+            for grey in [false, true] {
+                for &sampling in &samplings {
+                    for restart in [0, 3] {
+                        // (zune-jpeg refuses some progressive files with restart markers.)
+                        for progressive in [false, restart == 0] {
+                            let bytes = jpeg(w, h, grey, sampling, restart, progressive);
+                            for mode in [ColorMode::Rgb, ColorMode::L] {
+                                let mut whole = Vec::new();
+                                let full = decode(&bytes, mode, &mut whole).unwrap_or_else(|e| panic!("{w}×{h} grey={grey} {sampling:?} restart={restart} progressive={progressive}: {e}"));
+                                for b in windows(w, h) {
+                                    let mut part = Vec::new();
+                                    let read = decode_region(&bytes, mode, &|_| Some(b), &mut part)
+                                        .unwrap();
+                                    assert_eq!(
+                                        read,
+                                        Read {
+                                            shape: full,
+                                            region: Some(b)
+                                        }
+                                    );
+                                    let mut expected =
+                                        vec![0; full.with_size(b.height, b.width).len()];
+                                    crate::transforms::crop(
+                                        &whole,
+                                        full,
+                                        b.top,
+                                        b.left,
+                                        b.height,
+                                        b.width,
+                                        &mut expected,
+                                    );
+                                    assert!(
+                                        part == expected,
+                                        "{w}×{h} grey={grey} {sampling:?} restart={restart} progressive={progressive} {mode:?} {b:?}"
+                                    );
+                                    checked += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 2 * 2 * 5 * 2 * 2 * 2 * 49); // progressive with restarts: twice baseline
+    }
+
+    #[test]
+    fn a_window_leaves_the_rest_of_a_baseline_image_undecoded() {
+        // The decoder writes into a zeroed buffer: rows below the window's last MCU row (and
+        // the one after it) and columns outside it stay zero; inside, the full decode.
+        let (w, h) = (160, 128);
+        let bytes = jpeg(w, h, false, SamplingFactor::R_4_2_0, 0, false);
+        let decoder = || {
+            let options = zune_jpeg::zune_core::options::DecoderOptions::default()
+                .jpeg_set_out_colorspace(zune_jpeg::zune_core::colorspace::ColorSpace::RGB);
+            zune_jpeg::JpegDecoder::new_with_options(&bytes[..], options)
+        };
+        let full = decoder().decode().unwrap();
+        let mut d = decoder();
+        d.decode_headers().unwrap();
+        d.set_window(40..50, 60..70);
+        let mut out = vec![0u8; 3 * w * h];
+        d.decode_into(&mut out).unwrap();
+        let row = |y: usize| &out[3 * w * y..3 * w * (y + 1)];
+        assert!(
+            row(h - 1).iter().all(|&v| v == 0),
+            "the last row was decoded"
+        );
+        assert!(row(0).iter().all(|&v| v == 0), "the first row was decoded");
+        assert!(
+            row(45)[..3 * 50].iter().all(|&v| v == 0),
+            "columns left of it were converted"
+        );
+        for y in 40..50 {
+            assert_eq!(
+                row(y)[3 * 60..3 * 70],
+                full[3 * (w * y + 60)..3 * (w * y + 70)]
+            );
+        }
+    }
 }

@@ -13,8 +13,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::decode::{EXTENSIONS, UNSUPPORTED, decode};
-use super::{DataError, Dataset, ImageShape};
+use super::decode::{EXTENSIONS, UNSUPPORTED, decode_region};
+use super::{DataError, Dataset, ImageShape, Read, Region};
 use crate::config::{CacheMode, ColorMode, OnError};
 
 pub struct ImageFolder {
@@ -204,7 +204,7 @@ impl ImageFolder {
                 let mut all = Vec::with_capacity(folder.samples.len());
                 for i in 0..folder.samples.len() {
                     let mut pixels = Vec::new();
-                    let shape = folder.read_or_skip(i, &mut pixels)?;
+                    let shape = folder.read_or_skip(i, &mut pixels, &|_| None)?.shape;
                     all.push((shape, pixels));
                 }
                 folder.decoded = Some(all);
@@ -213,8 +213,13 @@ impl ImageFolder {
         Ok(folder)
     }
 
-    /// Read and decode sample `index` from its file or the encoded cache.
-    fn decode_one(&self, index: usize, out: &mut Vec<u8>) -> Result<ImageShape, DataError> {
+    /// Read and decode (the `region` of) sample `index` from its file or the encoded cache.
+    fn decode_one(
+        &self,
+        index: usize,
+        out: &mut Vec<u8>,
+        region: Region,
+    ) -> Result<Read, DataError> {
         let path = &self.samples[index].0;
         let owned;
         let bytes = match &self.encoded {
@@ -224,22 +229,27 @@ impl ImageFolder {
                 &owned
             }
         };
-        decode(bytes, self.mode, out).map_err(|reason| {
+        decode_region(bytes, self.mode, region, out).map_err(|reason| {
             DataError::Mismatch(format!("cannot decode {}: {reason}", path.display()))
         })
     }
 
     /// Sample `index`, or with `on_error = "skip"` the next one that decodes.
-    fn read_or_skip(&self, index: usize, out: &mut Vec<u8>) -> Result<ImageShape, DataError> {
+    fn read_or_skip(
+        &self,
+        index: usize,
+        out: &mut Vec<u8>,
+        region: Region,
+    ) -> Result<Read, DataError> {
         let n = self.samples.len();
         let mut first_error = None;
         for k in 0..n {
-            match self.decode_one((index + k) % n, out) {
-                Ok(shape) => {
+            match self.decode_one((index + k) % n, out, region) {
+                Ok(read) => {
                     if k > 0 {
                         self.skipped.fetch_add(1, Ordering::Relaxed);
                     }
-                    return Ok(shape);
+                    return Ok(read);
                 }
                 Err(e) if self.on_error == OnError::Skip => {
                     first_error.get_or_insert(e);
@@ -293,7 +303,24 @@ impl Dataset for ImageFolder {
             buf.extend_from_slice(pixels);
             return Ok(*shape);
         }
-        self.read_or_skip(index, buf)
+        self.read_or_skip(index, buf, &|_| None)
+            .map(|read| read.shape)
+    }
+    fn read_region(
+        &self,
+        index: usize,
+        buf: &mut Vec<u8>,
+        region: Region,
+    ) -> Result<Read, DataError> {
+        if self.decoded.is_some() {
+            // Decoded pixels are cached whole: nothing to save.
+            let shape = self.read_image(index, buf)?;
+            return Ok(Read {
+                shape,
+                region: None,
+            });
+        }
+        self.read_or_skip(index, buf, region)
     }
     fn classes(&self) -> usize {
         self.classes.len()

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use cifar::{CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_SHAPE, Cifar10, unpack as unpack_cifar};
-pub use decode::{EXTENSIONS, decode, encode};
+pub use decode::{EXTENSIONS, decode, decode_region, encode};
 pub use download::{FileSpec, Mirrors};
 pub use folder::ImageFolder;
 pub use idx::{IdxArray, read_idx, write_idx};
@@ -25,6 +25,19 @@ pub use synthetic::{EncodedSynthetic, Synthetic};
 
 use crate::config::{DatasetKind, Encoding, Settings};
 pub use crate::shape::ImageShape;
+pub use crate::transforms::CropBox;
+
+/// The part of an image a sample keeps, given the image's shape: the crop of a leading
+/// RandomResizedCrop (`None`: the whole image). See [`Dataset::read_region`].
+pub type Region<'a> = &'a dyn Fn(ImageShape) -> Option<CropBox>;
+
+/// What a read left in the buffer: the image's shape and, when only a region of it was read
+/// ([`Dataset::read_region`]), that region; the buffer then holds just its pixels (planar).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Read {
+    pub shape: ImageShape,
+    pub region: Option<CropBox>,
+}
 
 /// A labelled set of 8-bit images of one shape.
 pub trait Dataset: Send + Sync {
@@ -45,6 +58,23 @@ pub trait Dataset: Send + Sync {
         buf.resize(shape.len(), 0);
         self.image_into(index, buf);
         Ok(shape)
+    }
+    /// [`Dataset::read_image`] for a sample that keeps only `region(shape)` of its image: a
+    /// dataset that decodes may then decode only that region (a JPEG's rows past it are not
+    /// entropy-decoded, its other blocks not transformed) and leave just the region's pixels
+    /// in `buf`, identical to the same crop of a full read. By default the whole image.
+    fn read_region(
+        &self,
+        index: usize,
+        buf: &mut Vec<u8>,
+        region: Region,
+    ) -> Result<Read, DataError> {
+        let _ = region;
+        let shape = self.read_image(index, buf)?;
+        Ok(Read {
+            shape,
+            region: None,
+        })
     }
     /// Whether reading an image decodes it (image files, encoded synthetic images).
     fn decodes(&self) -> bool {

@@ -254,12 +254,22 @@ impl Dataset for EncodedSynthetic {
         }
     }
     fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, super::DataError> {
+        self.read_region(index, buf, &|_| None)
+            .map(|read| read.shape)
+    }
+    fn read_region(
+        &self,
+        index: usize,
+        buf: &mut Vec<u8>,
+        region: super::Region,
+    ) -> Result<super::Read, super::DataError> {
         let mode = if self.inner.shape.channels == 1 {
             crate::config::ColorMode::L
         } else {
             crate::config::ColorMode::Rgb
         };
-        super::decode::decode(&self.encoded[index], mode, buf).map_err(super::DataError::Mismatch)
+        super::decode::decode_region(&self.encoded[index], mode, region, buf)
+            .map_err(super::DataError::Mismatch)
     }
     fn decodes(&self) -> bool {
         true

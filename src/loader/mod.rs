@@ -241,7 +241,8 @@ impl Builder {
             let input = {
                 let _span = traced.then(|| spans::stage_span(spans::READ_DECODE).entered());
                 let start = timed.then(Instant::now);
-                let input = source.dataset.read_image(i, &mut self.pixels)?;
+                let crop = |shape| source.pipeline.leading_crop(shape, epoch, i as u64);
+                let input = source.dataset.read_region(i, &mut self.pixels, &crop)?;
                 if let Some(start) = start {
                     self.stages.add(0, start);
                 }
@@ -250,7 +251,8 @@ impl Builder {
             batch.labels[slot] = source.dataset.label(i) as u32;
             source.pipeline.apply_staged(
                 &self.pixels,
-                input,
+                input.shape,
+                input.region,
                 epoch,
                 i as u64,
                 &mut self.scratch,

@@ -317,17 +317,49 @@ impl Pipeline {
         index: u64,
         scratch: &'s mut Scratch,
     ) -> (&'s [u8], SampleParams) {
-        let shape = self.run_ops(src, input, epoch, index, scratch, &mut Observe::default());
+        let shape = self.run_ops(
+            src,
+            input,
+            None,
+            epoch,
+            index,
+            scratch,
+            &mut Observe::default(),
+        );
         (&scratch.a[..shape.len()], scratch.params.clone())
+    }
+
+    /// The crop a sample's first op keeps of an image of `input`'s shape, when the first op is
+    /// a RandomResizedCrop: its parameters depend only on the image's size and the sample's
+    /// random stream, so a reader can decode just that region
+    /// ([`crate::data::Dataset::read_region`]) and [`Pipeline::apply_staged`] draws the same
+    /// box from it.
+    pub fn leading_crop(&self, input: ImageShape, epoch: u64, index: u64) -> Option<CropBox> {
+        match self.ops.first()? {
+            PixelOp::RandomResizedCrop { scale, ratio, .. } => {
+                let mut rng = sample_rng(self.seed, epoch, index);
+                Some(sample_crop(
+                    &mut rng,
+                    input.width,
+                    input.height,
+                    *scale,
+                    *ratio,
+                ))
+            }
+            _ => None,
+        }
     }
 
     /// The pixel ops on `src`, leaving the result in `scratch.a` and the parameters drawn in
     /// `scratch.params`; returns the result's shape. Each op is timed and drawn as `observe`
-    /// asks.
+    /// asks. With `region`, `src` holds only that crop of an `input`-shaped image: the one
+    /// the first op, a RandomResizedCrop, draws ([`Pipeline::leading_crop`]).
+    #[allow(clippy::too_many_arguments)]
     fn run_ops(
         &self,
         src: &[u8],
         input: ImageShape,
+        region: Option<CropBox>,
         epoch: u64,
         index: u64,
         scratch: &mut Scratch,
@@ -336,13 +368,18 @@ impl Pipeline {
         let mut rng = sample_rng(self.seed, epoch, index);
         scratch.params.ops.clear();
         let mut shape = input;
-        scratch.a.clear();
-        scratch.a.extend_from_slice(&src[..shape.len()]);
+        if region.is_none() {
+            scratch.a.clear();
+            scratch.a.extend_from_slice(&src[..shape.len()]);
+        }
         for (i, (op, name)) in self.ops.iter().zip(&self.op_names).enumerate() {
             // The span opens before the clock starts and closes after it stops.
             let _span = observe.traced.then(|| spans::stage_span(name).entered());
             let start = observe.ns.is_some().then(Instant::now);
-            shape = apply_op(op, shape, &mut rng, scratch);
+            shape = match (i, region) {
+                (0, Some(region)) => resize_region(op, src, input, region, &mut rng, scratch),
+                _ => apply_op(op, shape, &mut rng, scratch),
+            };
             observe.add(i, start);
         }
         shape
@@ -377,16 +414,28 @@ impl Pipeline {
         scratch: &'s mut Scratch,
         out: &mut [f32],
     ) -> &'s SampleParams {
-        self.apply_staged(src, input, epoch, index, scratch, out, Observe::default())
+        self.apply_staged(
+            src,
+            input,
+            None,
+            epoch,
+            index,
+            scratch,
+            out,
+            Observe::default(),
+        )
     }
 
     /// [`Pipeline::apply_shaped`], with its stages (every op, then to_tensor into `out`) timed
-    /// and drawn as `observe` asks (a profiled run's sampled images).
+    /// and drawn as `observe` asks (a profiled run's sampled images). With `region`, `src` is
+    /// only that crop of the image, as [`crate::data::Dataset::read_region`] read it for
+    /// [`Pipeline::leading_crop`].
     #[allow(clippy::too_many_arguments)]
     pub fn apply_staged<'s>(
         &self,
         src: &[u8],
         input: ImageShape,
+        region: Option<CropBox>,
         epoch: u64,
         index: u64,
         scratch: &'s mut Scratch,
@@ -394,7 +443,7 @@ impl Pipeline {
         mut observe: Observe,
     ) -> &'s SampleParams {
         let plane = self.output.plane();
-        let shape = self.run_ops(src, input, epoch, index, scratch, &mut observe);
+        let shape = self.run_ops(src, input, region, epoch, index, scratch, &mut observe);
         let _span = observe
             .traced
             .then(|| spans::stage_span(spans::TO_TENSOR_INTO_BATCH).entered());
@@ -592,6 +641,42 @@ fn burn_cpu(ns: u64) {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
     }
+}
+
+/// The first op, a RandomResizedCrop, on `src`: only the crop `region` of an `input`-shaped
+/// image. It draws its box as on the whole image (the same random numbers; the box is
+/// `region`, see [`Pipeline::leading_crop`]) and resizes `src` whole into `scratch.a`.
+fn resize_region(
+    op: &PixelOp,
+    src: &[u8],
+    input: ImageShape,
+    region: CropBox,
+    rng: &mut SplitMix64,
+    scratch: &mut Scratch,
+) -> ImageShape {
+    let PixelOp::RandomResizedCrop { size, scale, ratio } = op else {
+        unreachable!("a region is read only for a leading RandomResizedCrop")
+    };
+    let cb = sample_crop(rng, input.width, input.height, *scale, *ratio);
+    assert_eq!(
+        cb, region,
+        "the region read is not the crop this sample draws"
+    );
+    scratch.params.ops.push(OpParams::RandomResizedCrop {
+        top: cb.top,
+        left: cb.left,
+        height: cb.height,
+        width: cb.width,
+    });
+    let cropped = input.with_size(cb.height, cb.width);
+    resize_planes(
+        src,
+        cropped,
+        CropBox::whole(cropped),
+        *size,
+        &mut scratch.a,
+        &mut scratch.resize,
+    )
 }
 
 /// Crop `cb` of every plane of `src` and resize it to `size` (height, width) into `dst`.
