@@ -266,33 +266,41 @@ pub fn planar(img: &DynamicImage, mode: ColorMode, out: &mut Vec<u8>) -> ImageSh
     }
 }
 
-/// Encode planar `pixels` of `shape` as JPEG at `quality` (1–100) or as PNG.
+/// Encode planar `pixels` of `shape` as JPEG at `quality` (1–100; colour with 4:2:0 chroma
+/// subsampling, Pillow's default and what cameras write) or as PNG.
 pub fn encode(pixels: &[u8], shape: ImageShape, jpeg_quality: Option<u8>) -> Vec<u8> {
     let plane = shape.plane();
     let interleaved: Vec<u8> = (0..plane)
         .flat_map(|i| (0..shape.channels).map(move |c| pixels[c * plane + i]))
         .collect();
     let (w, h) = (shape.width as u32, shape.height as u32);
-    let colour = if shape.channels == 1 {
-        image::ColorType::L8
-    } else {
-        image::ColorType::Rgb8
-    };
     let mut out = Vec::new();
-    let result = match jpeg_quality {
-        Some(q) => image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, q).encode(
-            &interleaved,
-            w,
-            h,
-            colour,
-        ),
+    // Encoding pixels we generated into memory cannot fail but for a bug.
+    match jpeg_quality {
+        Some(q) => {
+            let mut encoder = jpeg_encoder::Encoder::new(&mut out, q);
+            encoder.set_sampling_factor(jpeg_encoder::SamplingFactor::R_4_2_0);
+            let colour = if shape.channels == 1 {
+                jpeg_encoder::ColorType::Luma
+            } else {
+                jpeg_encoder::ColorType::Rgb
+            };
+            encoder
+                .encode(&interleaved, w as u16, h as u16, colour)
+                .expect("encoding a generated image");
+        }
         None => {
             use image::ImageEncoder;
-            image::codecs::png::PngEncoder::new(&mut out).write_image(&interleaved, w, h, colour)
+            let colour = if shape.channels == 1 {
+                image::ColorType::L8
+            } else {
+                image::ColorType::Rgb8
+            };
+            image::codecs::png::PngEncoder::new(&mut out)
+                .write_image(&interleaved, w, h, colour)
+                .expect("encoding a generated image");
         }
-    };
-    // Encoding pixels we generated into memory cannot fail but for a bug.
-    result.expect("encoding a generated image");
+    }
     out
 }
 
