@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Same-machine comparisons against PyTorch, torchvision and Pillow, for a machine whose python3
-# has them (the GPU machines lent here do; this project's own machine has none of them):
+# has them (the GPU machines lent here do; elsewhere `python3 -m venv /tmp/tv && /tmp/tv/bin/pip install
+# torch torchvision pillow` from PyPI and `/tmp/tv/bin` first on PATH):
 #   - regenerates the ResNet entries of the model fixture, with PyTorch's float64 trajectory
 #     beside its float32 one (tests/fixtures/make_model_fixture.py);
 #   - `bench experiments/imagenet_style.toml`: decode and whole chain against Pillow and
