@@ -504,6 +504,20 @@ fn decoding_only_the_crop_changes_no_batch() {
             assert!(b.height < 90 || b.width < 121, "{b:?}");
         }
         let whole: Arc<dyn Dataset> = Arc::new(Whole(Arc::clone(&encoded)));
+        // `dataset.roi_decode = false` reads whole images.
+        let mut s = Settings::default();
+        s.dataset.kind = DatasetKind::Synthetic;
+        s.dataset.synthetic_size = 2;
+        s.dataset.size = [90, 121];
+        s.dataset.channels = 3;
+        s.dataset.encoding = loaderlab::config::Encoding::Jpeg;
+        for (roi, expected) in [(true, true), (false, false)] {
+            s.dataset.roi_decode = roi;
+            let d = data::open(&s, true).unwrap();
+            let crop = |shape| pipeline.leading_crop(shape, 0, 1);
+            let read = d.read_region(1, &mut buf, &crop).unwrap();
+            assert_eq!(read.region.is_some(), expected, "roi_decode = {roi}");
+        }
         for workers in [0, 2] {
             let mut a =
                 Loader::new(Arc::clone(&encoded), Arc::clone(&pipeline), config(workers)).unwrap();

@@ -169,6 +169,9 @@ pub struct DatasetSection {
     pub cache: CacheMode,
     /// Image folder: a corrupt or unreadable image stops the run, or is skipped and counted.
     pub on_error: OnError,
+    /// Decode only the region a leading `random_resized_crop` keeps (baseline JPEG; no output
+    /// pixel changes); false decodes every image whole, as torchvision does.
+    pub roi_decode: bool,
 }
 
 impl Default for DatasetSection {
@@ -188,6 +191,7 @@ impl Default for DatasetSection {
             mode: ColorMode::Rgb,
             cache: CacheMode::None,
             on_error: OnError::Fail,
+            roi_decode: true,
         }
     }
 }

@@ -145,7 +145,7 @@ pub fn open(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataEr
         quiet,
     };
     let root = std::path::Path::new(&d.root);
-    Ok(match d.kind {
+    let dataset: Arc<dyn Dataset> = match d.kind {
         DatasetKind::FashionMnist => Arc::new(Mnist::open(FASHION_MNIST, root, d.split, &mirrors)?),
         DatasetKind::Mnist => Arc::new(Mnist::open(MNIST, root, d.split, &mirrors)?),
         DatasetKind::Cifar10 => Arc::new(Cifar10::open(root, d.split, &mirrors)?),
@@ -166,7 +166,52 @@ pub fn open(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataEr
                 )),
             }
         }
+    };
+    Ok(if d.roi_decode {
+        dataset
+    } else {
+        Arc::new(WholeImages(dataset))
     })
+}
+
+/// A dataset read whole even where a region would do (`dataset.roi_decode = false`): every
+/// image is decoded in full, as torchvision decodes it.
+struct WholeImages(Arc<dyn Dataset>);
+
+impl Dataset for WholeImages {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn label(&self, index: usize) -> u8 {
+        self.0.label(index)
+    }
+    fn shape(&self) -> ImageShape {
+        self.0.shape()
+    }
+    fn image_into(&self, index: usize, buf: &mut [u8]) {
+        self.0.image_into(index, buf)
+    }
+    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {
+        self.0.read_image(index, buf)
+    }
+    fn decodes(&self) -> bool {
+        self.0.decodes()
+    }
+    fn encoded(&self, index: usize) -> Option<Vec<u8>> {
+        self.0.encoded(index)
+    }
+    fn skipped(&self) -> u64 {
+        self.0.skipped()
+    }
+    fn prefetch(&self, index: usize) {
+        self.0.prefetch(index)
+    }
+    fn classes(&self) -> usize {
+        self.0.classes()
+    }
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
 }
 
 /// Ask the CPU to bring `bytes` into cache ahead of a read: a hint, a no-op off x86-64.
