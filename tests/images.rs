@@ -452,36 +452,6 @@ fn decompression_bombs_are_refused_from_the_header() {
     assert!(decode(&small, ColorMode::Rgb, &mut out).is_ok());
 }
 
-/// The dataset it wraps, read whole: `Dataset::read_region`'s default.
-struct Whole(Arc<dyn Dataset>);
-
-impl Dataset for Whole {
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn label(&self, index: usize) -> u8 {
-        self.0.label(index)
-    }
-    fn shape(&self) -> ImageShape {
-        self.0.shape()
-    }
-    fn image_into(&self, index: usize, buf: &mut [u8]) {
-        self.0.image_into(index, buf)
-    }
-    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, data::DataError> {
-        self.0.read_image(index, buf)
-    }
-    fn decodes(&self) -> bool {
-        true
-    }
-    fn classes(&self) -> usize {
-        self.0.classes()
-    }
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-}
-
 /// A leading RandomResizedCrop lets the loader decode only the crop (ROI decoding): the same
 /// box, the same random numbers for the ops after it, the same batches as decoding whole.
 #[test]
@@ -503,7 +473,7 @@ fn decoding_only_the_crop_changes_no_batch() {
             assert_eq!(buf.len(), 3 * b.height * b.width);
             assert!(b.height < 90 || b.width < 121, "{b:?}");
         }
-        let whole: Arc<dyn Dataset> = Arc::new(Whole(Arc::clone(&encoded)));
+        let whole: Arc<dyn Dataset> = Arc::new(data::WholeImages(Arc::clone(&encoded)));
         // `dataset.roi_decode = false` reads whole images.
         let mut s = Settings::default();
         s.dataset.kind = DatasetKind::Synthetic;

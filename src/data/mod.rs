@@ -176,7 +176,7 @@ pub fn open(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataEr
 
 /// A dataset read whole even where a region would do (`dataset.roi_decode = false`): every
 /// image is decoded in full, as torchvision decodes it.
-struct WholeImages(Arc<dyn Dataset>);
+pub struct WholeImages(pub Arc<dyn Dataset>);
 
 impl Dataset for WholeImages {
     fn len(&self) -> usize {
