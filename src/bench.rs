@@ -17,8 +17,7 @@ use crate::loader::{Batch, BatchBuilder, Loader, LoaderConfig, LoaderError};
 use crate::net::{Layer, Network};
 use crate::runner::DataSetup;
 use crate::train::{ComputePool, InitialWeights, Layers, Trainer};
-use crate::transforms::Scratch;
-use crate::transforms::{Observe, Pipeline};
+use crate::transforms::{Observe, Pipeline, Scratch};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Measurement {
