@@ -73,21 +73,20 @@ pub fn decode_region(
     reader.no_limits();
     let img = reader.decode().map_err(|e| e.to_string())?;
     let full = ImageShape::new(channels(mode), h as usize, w as usize);
-    let Some(b) = region(full).filter(|b| inside(b, full)) else {
-        return Ok(Read {
-            shape: planar(&img, mode, out),
-            region: None,
-        });
+    let b = region(full).filter(|b| inside(b, full));
+    // A grey image stays one channel (repeated for RGB, as PIL's convert does); colour is taken
+    // as RGB: an alpha channel dropped, a palette expanded.
+    let (pixels, components) = match img {
+        DynamicImage::ImageLuma8(_) | DynamicImage::ImageLumaA8(_) => {
+            (img.into_luma8().into_raw(), 1)
+        }
+        _ => (img.into_rgb8().into_raw(), 3),
     };
-    DECODED.with_borrow_mut(|whole| {
-        planar(&img, mode, whole);
-        let cropped = full.with_size(b.height, b.width);
-        out.resize(cropped.len(), 0);
-        crate::transforms::crop(whole, full, b.top, b.left, b.height, b.width, out);
-    });
+    let window = b.unwrap_or(CropBox::whole(full));
+    to_planar(&pixels, components, w as usize, window, mode, out);
     Ok(Read {
         shape: full,
-        region: Some(b),
+        region: b,
     })
 }
 
@@ -105,8 +104,8 @@ fn inside(b: &CropBox, shape: ImageShape) -> bool {
         && b.left + b.width <= shape.width
 }
 
-/// JPEG through zune-jpeg (SIMD IDCT and colour conversion) to RGB, then to `mode`: a grey
-/// JPEG comes out with R = G = B = Y, so both modes give what Pillow gives.
+/// JPEG through zune-jpeg (SIMD IDCT and colour conversion) to RGB, or one channel for a grey
+/// JPEG (repeated for RGB), then to `mode`: both modes give what Pillow gives.
 fn decode_jpeg(
     bytes: &[u8],
     mode: ColorMode,
@@ -219,51 +218,6 @@ fn ends_after_last_scan(bytes: &[u8]) -> bool {
     let last_scan = bytes.windows(2).rposition(|w| w == [0xFF, 0xDA]);
     let last_end = bytes.windows(2).rposition(|w| w == [0xFF, 0xD9]);
     matches!((last_scan, last_end), (Some(s), Some(e)) if e > s)
-}
-
-/// `img` converted to `mode`, written planar into `out`.
-pub fn planar(img: &DynamicImage, mode: ColorMode, out: &mut Vec<u8>) -> ImageShape {
-    let (w, h) = (img.width() as usize, img.height() as usize);
-    let grey_source = matches!(
-        img,
-        DynamicImage::ImageLuma8(_) | DynamicImage::ImageLumaA8(_)
-    );
-    let plane = w * h;
-    match mode {
-        ColorMode::L => {
-            out.clear();
-            if grey_source {
-                out.extend_from_slice(img.to_luma8().as_raw());
-            } else {
-                let rgb = img.to_rgb8();
-                out.extend(
-                    rgb.as_raw()
-                        .chunks_exact(3)
-                        .map(|p| crate::shape::luma(p[0], p[1], p[2])),
-                );
-            }
-            ImageShape::new(1, h, w)
-        }
-        ColorMode::Rgb => {
-            out.resize(3 * plane, 0);
-            if grey_source {
-                let grey = img.to_luma8();
-                for c in 0..3 {
-                    out[c * plane..][..plane].copy_from_slice(grey.as_raw());
-                }
-            } else {
-                let rgb = img.to_rgb8();
-                let (r, rest) = out.split_at_mut(plane);
-                let (g, b) = rest.split_at_mut(plane);
-                for (i, p) in rgb.as_raw().chunks_exact(3).enumerate() {
-                    r[i] = p[0];
-                    g[i] = p[1];
-                    b[i] = p[2];
-                }
-            }
-            ImageShape::new(3, h, w)
-        }
-    }
 }
 
 /// Encode planar `pixels` of `shape` as JPEG at `quality` (1–100; colour with 4:2:0 chroma

@@ -67,9 +67,8 @@ pub trait Dataset: Send + Sync {
         &self,
         index: usize,
         buf: &mut Vec<u8>,
-        region: Region,
+        _region: Region,
     ) -> Result<Read, DataError> {
-        let _ = region;
         let shape = self.read_image(index, buf)?;
         Ok(Read {
             shape,

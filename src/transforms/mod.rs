@@ -511,13 +511,7 @@ fn apply_op(
     let (w, h, plane) = (shape.width, shape.height, shape.plane());
     let out = match op {
         PixelOp::RandomResizedCrop { size, scale, ratio } => {
-            let cb = sample_crop(rng, w, h, *scale, *ratio);
-            params.ops.push(OpParams::RandomResizedCrop {
-                top: cb.top,
-                left: cb.left,
-                height: cb.height,
-                width: cb.width,
-            });
+            let cb = draw_crop(rng, shape, *scale, *ratio, params);
             resize_planes(a, shape, cb, *size, b, resize)
         }
         PixelOp::Resize { size, max_size } => {
@@ -643,6 +637,24 @@ fn burn_cpu(ns: u64) {
     }
 }
 
+/// RandomResizedCrop's box for an image of `shape`, recorded in `params`.
+fn draw_crop(
+    rng: &mut SplitMix64,
+    shape: ImageShape,
+    scale: [f64; 2],
+    ratio: [f64; 2],
+    params: &mut SampleParams,
+) -> CropBox {
+    let cb = sample_crop(rng, shape.width, shape.height, scale, ratio);
+    params.ops.push(OpParams::RandomResizedCrop {
+        top: cb.top,
+        left: cb.left,
+        height: cb.height,
+        width: cb.width,
+    });
+    cb
+}
+
 /// The first op, a RandomResizedCrop, on `src`: only the crop `region` of an `input`-shaped
 /// image. It draws its box as on the whole image (the same random numbers; the box is
 /// `region`, see [`Pipeline::leading_crop`]) and resizes `src` whole into `scratch.a`.
@@ -657,17 +669,11 @@ fn resize_region(
     let PixelOp::RandomResizedCrop { size, scale, ratio } = op else {
         unreachable!("a region is read only for a leading RandomResizedCrop")
     };
-    let cb = sample_crop(rng, input.width, input.height, *scale, *ratio);
+    let cb = draw_crop(rng, input, *scale, *ratio, &mut scratch.params);
     assert_eq!(
         cb, region,
         "the region read is not the crop this sample draws"
     );
-    scratch.params.ops.push(OpParams::RandomResizedCrop {
-        top: cb.top,
-        left: cb.left,
-        height: cb.height,
-        width: cb.width,
-    });
     let cropped = input.with_size(cb.height, cb.width);
     resize_planes(
         src,
