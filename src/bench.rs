@@ -288,6 +288,8 @@ struct LoaderRates {
     rates: [Vec<f64>; 3],
     /// The independent builders on 1, 2 threads (the no-hand-off ceiling), img/s.
     alone: [Vec<f64>; 2],
+    /// The independent builders on 2 threads waking a consumer per batch, img/s.
+    woken: Vec<f64>,
     /// Register-only arithmetic on 1, 2 threads, rounds/s.
     arithmetic: [Vec<f64>; 2],
 }
@@ -323,13 +325,22 @@ fn loader_rates(
     // What one timing in a repetition measures: the loader, or the independent builders.
     #[derive(Clone, Copy)]
     enum Case {
-        Workers { workers: usize },
-        Alone { threads: usize },
-        Arithmetic { threads: usize },
+        Workers {
+            workers: usize,
+        },
+        Alone {
+            threads: usize,
+        },
+        /// Two builders and a consumer they wake per batch.
+        Woken,
+        Arithmetic {
+            threads: usize,
+        },
     }
-    use Case::{Alone, Arithmetic, Workers};
+    use Case::{Alone, Arithmetic, Woken, Workers};
     let mut rates = [Vec::new(), Vec::new(), Vec::new()]; // the loader at 0, 1, 2 workers
     let mut alone = [Vec::new(), Vec::new()]; // independent builders on 1, 2 threads
+    let mut woken = Vec::new(); // on 2 threads, waking a consumer
     let mut arithmetic = [Vec::new(), Vec::new()]; // the cores alone, on 1, 2 threads
     for r in 0..repeats {
         let mut order = [
@@ -338,6 +349,7 @@ fn loader_rates(
             Workers { workers: 1 },
             Alone { threads: 1 },
             Alone { threads: 2 },
+            Woken,
             Arithmetic { threads: 1 },
             Arithmetic { threads: 2 },
         ];
@@ -359,8 +371,18 @@ fn loader_rates(
                         threads,
                         buffers,
                         batches,
+                        false,
                     )?);
                 }
+                Woken => woken.push(independent_rate(
+                    Arc::clone(dataset),
+                    Arc::clone(pipeline),
+                    cfg.clone(),
+                    2,
+                    cfg.prefetch_factor,
+                    batches,
+                    true,
+                )?),
                 Workers { workers } => {
                     cfg.workers = workers;
                     // Warm-up touches every buffer the loader will cycle through (prefetch ×
@@ -383,6 +405,7 @@ fn loader_rates(
     Ok(LoaderRates {
         rates,
         alone,
+        woken,
         arithmetic,
     })
 }
@@ -445,6 +468,7 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
     let LoaderRates {
         rates,
         alone,
+        woken,
         arithmetic,
     } = loader_rates(&dataset, &pipeline, settings, repeats)?;
     let ratio =
@@ -452,6 +476,8 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
     let speedup = ratio(&rates[2], &rates[0]);
     let ceiling = ratio(&alone[1], &alone[0]);
     let share = ratio(&speedup, &ceiling);
+    let handed = ratio(&woken, &alone[0]);
+    let handed_share = ratio(&speedup, &handed);
     let cores = ratio(&arithmetic[1], &arithmetic[0]);
     for (workers, r) in rates.into_iter().enumerate() {
         results.push(Measurement::new(
@@ -468,6 +494,12 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
             ceiling,
         ),
         ("loader speed-up / that ceiling", "", share),
+        (
+            "same, waking a consumer each batch (least hand-off)",
+            "×",
+            handed,
+        ),
+        ("loader speed-up / that", "", handed_share),
         ("arithmetic only, 2 threads / 1 (the cores)", "×", cores),
     ];
     results.extend(
@@ -490,6 +522,12 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
 /// nothing ever waits for anything else. `bench` sets the loader's speed-up beside it, so a
 /// loader shortfall can be told apart from a machine that does not scale (shared caches and
 /// memory, cores of unequal speed on a busy host).
+///
+/// With `consumer`, the calling thread stands in for a training thread that does nothing but
+/// take batches: each builder wakes it once per batch it finishes (one byte through a pipe, as
+/// the loader wakes its training thread) and it sleeps until then. That is the least any
+/// loader with a separate training thread pays per batch: on 2 cores the third thread takes
+/// its turns on the builders' cores.
 pub fn independent_rate(
     dataset: Arc<dyn Dataset>,
     pipeline: Arc<Pipeline>,
@@ -497,12 +535,31 @@ pub fn independent_rate(
     threads: usize,
     buffers: usize,
     batches: u64,
+    consumer: bool,
 ) -> Result<f64, LoaderError> {
+    use std::io::{Read, Write};
     let (threads, buffers) = (threads.max(1), buffers.max(1));
+    let wait_error = |e: std::io::Error| LoaderError::Wait {
+        message: e.to_string(),
+    };
+    let (mut woken, wake) = match consumer {
+        true => std::io::pipe()
+            .map(|(r, w)| (Some(r), Some(w)))
+            .map_err(wait_error)?,
+        false => (None, None),
+    };
+    // One write end per builder and none kept here: when every builder has returned (done or
+    // failed), the consumer reads the end of the pipe instead of waiting for ever.
+    let mut wakes = (0..threads)
+        .map(|_| wake.as_ref().map(|w| w.try_clone()).transpose())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(wait_error)?;
+    drop(wake);
     let start = std::sync::Barrier::new(threads + 1);
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
-            .map(|t| {
+            .zip(wakes.drain(..))
+            .map(|(t, wake)| {
                 let start = &start;
                 let mut builder =
                     BatchBuilder::new(Arc::clone(&dataset), Arc::clone(&pipeline), cfg.clone());
@@ -520,6 +577,9 @@ pub fn independent_rate(
                         let batch = &mut ring[i % buffers];
                         builder.build(t, k, batch)?;
                         images += batch.len;
+                        if let Some(wake) = &wake {
+                            let _ = (&*wake).write(&[1]);
+                        }
                     }
                     Ok::<usize, LoaderError>(images)
                 })
@@ -527,6 +587,19 @@ pub fn independent_rate(
             .collect();
         start.wait();
         let started = Instant::now();
+        if let Some(woken) = &mut woken {
+            // One batch at a time: a batch already built is taken without sleeping.
+            let mut byte = [0];
+            let mut taken = 0;
+            while taken < batches {
+                match woken.read(&mut byte) {
+                    Ok(0) => break,
+                    Ok(_) => taken += 1,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(wait_error(e)),
+                }
+            }
+        }
         let mut images = 0;
         for h in handles {
             // Builders catch their own panics; anything else is a bug, passed on as a panic.

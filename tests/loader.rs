@@ -125,21 +125,26 @@ fn dropping_a_busy_loader_returns_promptly() {
 fn independent_builders_report_a_panic_instead_of_hanging() {
     use loaderlab::bench::independent_rate;
     let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, ImageShape::GREY_28));
-    let good = Arc::new(Synthetic::new(64, 10, 3));
-    let rate = independent_rate(good, pipeline.clone(), config(2), 2, 2, 8).unwrap();
-    assert!(rate.is_finite() && rate > 0.0);
-    // Sample 45 is in batch 5 (timed, thread 1); sample 12 in batch 1 (thread 1's warm-up).
-    for (bad, batch) in [(45, 5), (12, 1)] {
-        let dataset = Arc::new(Faulty::new(Synthetic::new(64, 10, 3), bad));
-        let started = Instant::now();
-        let err = independent_rate(dataset, pipeline.clone(), config(2), 2, 2, 8).unwrap_err();
-        assert!(started.elapsed() < Duration::from_secs(10), "no hang");
-        assert!(
-            err.to_string().contains(&format!(
-                "loader worker 1 panicked while building batch {batch}"
-            )),
-            "{err}"
-        );
+    // With a consumer woken per batch, too: a builder that stops must not leave it waiting.
+    for consumer in [false, true] {
+        let good = Arc::new(Synthetic::new(64, 10, 3));
+        let rate = independent_rate(good, pipeline.clone(), config(2), 2, 2, 8, consumer);
+        let rate = rate.unwrap();
+        assert!(rate.is_finite() && rate > 0.0);
+        // Sample 45 is in batch 5 (timed, thread 1); sample 12 in batch 1 (thread 1's warm-up).
+        for (bad, batch) in [(45, 5), (12, 1)] {
+            let dataset = Arc::new(Faulty::new(Synthetic::new(64, 10, 3), bad));
+            let started = Instant::now();
+            let err = independent_rate(dataset, pipeline.clone(), config(2), 2, 2, 8, consumer)
+                .unwrap_err();
+            assert!(started.elapsed() < Duration::from_secs(10), "no hang");
+            assert!(
+                err.to_string().contains(&format!(
+                    "loader worker 1 panicked while building batch {batch}"
+                )),
+                "{err}"
+            );
+        }
     }
 }
 
@@ -197,4 +202,21 @@ fn a_slow_batch_does_not_stop_the_other_workers() {
         );
         assert_eq!(a, b, "batch {k}");
     }
+}
+
+#[test]
+fn every_batch_buffer_is_used_once_before_any_is_reused() {
+    // The warm-up of `bench` and of a run touches the first prefetch × workers batches, and
+    // with them every buffer, so no first-touch page fault lands in a timed step. A consumer
+    // faster than the workers (as here) handed the most recently freed buffer straight back
+    // with a last-in-first-out free list, leaving some buffers untouched until later.
+    let dataset = Arc::new(Synthetic::new(256, 10, 3));
+    let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, ImageShape::GREY_28));
+    let mut loader = Loader::new(dataset, pipeline, config(2)).unwrap();
+    let mut buffers: Vec<usize> = (0..4)
+        .map(|_| loader.next_batch().unwrap().images().as_ptr() as usize)
+        .collect();
+    buffers.sort_unstable();
+    buffers.dedup();
+    assert_eq!(buffers.len(), 4, "2 workers × prefetch 2");
 }

@@ -83,6 +83,9 @@ pub enum LoaderError {
     WorkerGone { worker: usize, batch: u64 },
     #[error("every loader worker stopped before batch {batch} was delivered")]
     WorkersGone { batch: u64 },
+    /// The training thread could not wait for its batch (the pipe it sleeps on failed).
+    #[error("cannot wait for the loader workers: {message}")]
+    Wait { message: String },
     #[error("cannot start loader worker {worker}: {message}")]
     Spawn { worker: usize, message: String },
     #[error("the dataset ({len} images) holds no batch of {batch_size} with drop_last = true")]

@@ -1,37 +1,115 @@
 //! The worker threads. Every worker takes the next batch index as soon as it has a free
 //! buffer, so a worker slowed down (a costly batch, a core taken by another thread) never
 //! holds the others back: at most `prefetch_factor × N` buffers exist, batches are delivered
-//! strictly in order through a small reorder map, and a panic or a vanished worker is an error
-//! naming worker and batch; dropping the pool stops and joins its threads.
+//! strictly in order, and a panic or a vanished worker is an error naming worker and batch;
+//! dropping the pool stops and joins its threads.
 //!
 //! The first version gave batch *k* to worker *k mod N* (PyTorch's round robin) with
 //! `prefetch_factor` buffers per worker: a worker that drew a slow batch held up delivery while
 //! the other sat on its full queue. On the seed's chain its 2-worker speed-up reached 0.86 of
 //! the no-hand-off ceiling on a 16-core machine and 0.91 on 2 cores (`loaderlab bench`).
+//! The second handed batches and buffers over through two channels. Three costs of that design
+//! showed on 2 cores with `perf sched` (three threads on two cores is the usual case there:
+//! the training thread and two workers):
+//! - the training thread was woken for every delivered batch, in order or not, and the
+//!   channel's receive spun and yielded before it slept;
+//! - a futex wake-up placed it on the core it last ran on: half the time the *other* worker's
+//!   core, which it interrupted mid-batch through a cross-core interrupt (a round trip costs
+//!   42 µs across cores on this VM against 5 µs on one, `perf bench sched pipe -T`);
+//! - freed buffers went to the back of a queue but were taken from wherever the channel kept
+//!   them, so some buffers were first touched (page faults, zeroing: 2.6 % of samples) inside
+//!   the timed steps instead of the warm-up.
+//!
+//! Now one lock guards the shared state (held for a few instructions, never while building);
+//! the training thread sleeps on a pipe and is woken only by the delivery of the batch it
+//! waits for. A pipe write is a *synchronous* wake-up on Linux, which places the sleeper on
+//! the waker's core, where the waker is about to take the next batch anyway. Free buffers
+//! cycle first in, first out, so every one is touched while warming up.
+//!
 //! Which worker builds a batch does not change the batch: its content depends on (seed, k).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{PipeReader, PipeWriter, Read, Write};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, unbounded};
+use crossbeam_channel::{Sender, unbounded};
 
 use super::{Batch, Builder, LoaderError, Source};
 use crate::spans;
 
-/// A built batch (or the reason it is not), with its index.
-type Delivery = (u64, Result<Batch, LoaderError>);
+/// What the workers and the training thread share.
+struct Shared {
+    state: Mutex<State>,
+    /// One byte per wake-up of the training thread (see [`State::awaited`]).
+    wake: PipeWriter,
+    /// Workers sleep here while every buffer holds a batch not yet consumed.
+    freed: Condvar,
+}
+
+struct State {
+    /// Built batches (or the reasons they are not) not yet delivered, by index.
+    built: BTreeMap<u64, Result<Batch, LoaderError>>,
+    /// Buffers no batch occupies, in the order they were freed.
+    free: VecDeque<Batch>,
+    /// The next batch index a worker claims.
+    claims: u64,
+    /// The batch the training thread sleeps for. Whoever takes it out writes the one byte
+    /// that wakes it, so each sleep gets exactly one wake-up.
+    awaited: Option<u64>,
+    /// Workers asleep on `freed`.
+    starved: usize,
+    /// Workers that have not returned.
+    running: usize,
+    /// Set when the pool is dropped: workers stop at their next look.
+    closed: bool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing is built or called under the lock, so a poisoned lock still holds
+        // consistent state (a panic elsewhere in the thread that held it).
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wake(&self) {
+        // The pipe cannot fill: at most one byte is ever unread.
+        let _ = (&self.wake).write(&[1]);
+    }
+
+    /// Store batch `k` (or its failure); wakes the training thread if it sleeps for `k`.
+    fn deliver(&self, k: u64, result: Result<Batch, LoaderError>) {
+        let wake = {
+            let mut state = self.lock();
+            state.built.insert(k, result);
+            state.awaited == Some(k) && state.awaited.take().is_some()
+        };
+        if wake {
+            self.wake();
+        }
+    }
+
+    /// A worker returns; the last one wakes the training thread, which then finds nothing
+    /// left to wait for.
+    fn leave(&self) {
+        let wake = {
+            let mut state = self.lock();
+            state.running -= 1;
+            state.running == 0 && state.awaited.take().is_some()
+        };
+        if wake {
+            self.wake();
+        }
+    }
+}
 
 /// A set of worker threads building batches `first..end`.
 pub(super) struct Pool {
-    /// Buffers handed back for reuse; closing it ends workers waiting for one.
-    free: Option<Sender<Batch>>,
-    done: Receiver<Delivery>,
+    shared: Arc<Shared>,
+    /// Where the training thread sleeps until its batch is built.
+    woken: PipeReader,
     threads: Vec<JoinHandle<()>>,
-    /// Batches built ahead of their turn.
-    early: BTreeMap<u64, Result<Batch, LoaderError>>,
     /// The next batch to deliver.
     pub(super) next: u64,
     /// One past the last batch this pool builds (None: persistent workers, no end).
@@ -49,69 +127,98 @@ impl Pool {
         end: Option<u64>,
     ) -> Result<Pool, LoaderError> {
         let n = source.cfg.workers;
+        let (woken, wake) = std::io::pipe().map_err(|e| LoaderError::Wait {
+            message: e.to_string(),
+        })?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                built: BTreeMap::new(),
+                free: (0..n * source.cfg.prefetch_factor)
+                    .map(|_| Batch::default())
+                    .collect(),
+                claims: first,
+                awaited: None,
+                starved: 0,
+                running: n,
+                closed: false,
+            }),
+            wake,
+            freed: Condvar::new(),
+        });
         let (ready_tx, ready_rx) = unbounded::<()>();
-        let (free_tx, free_rx) = unbounded::<Batch>();
-        let (done_tx, done_rx) = unbounded::<Delivery>();
-        for _ in 0..n * source.cfg.prefetch_factor {
-            let _ = free_tx.send(Batch::default());
-        }
-        let claims = Arc::new(AtomicU64::new(first));
-        let mut threads = Vec::with_capacity(n);
+        let mut pool = Pool {
+            shared: Arc::clone(&shared),
+            woken,
+            threads: Vec::with_capacity(n),
+            next: first,
+            end,
+            lent: None,
+            failed: None,
+        };
         for w in 0..n {
-            let (source, claims) = (Arc::clone(source), Arc::clone(&claims));
-            let (free, done, ready) = (free_rx.clone(), done_tx.clone(), ready_tx.clone());
+            let (source, shared, ready) =
+                (Arc::clone(source), Arc::clone(&shared), ready_tx.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("loader-worker-{w}"))
-                .spawn(move || worker_main(w, end, &source, &claims, free, done, ready))
-                .map_err(|e| LoaderError::Spawn {
-                    worker: w,
-                    message: e.to_string(),
-                })?;
-            threads.push(thread);
+                .spawn(move || worker_main(w, end, &source, &shared, ready));
+            match thread {
+                Ok(thread) => pool.threads.push(thread),
+                Err(e) => {
+                    // Dropping the pool stops and joins the workers already started.
+                    pool.shared.lock().running -= n - w;
+                    return Err(LoaderError::Spawn {
+                        worker: w,
+                        message: e.to_string(),
+                    });
+                }
+            }
         }
-        drop((ready_tx, done_tx));
+        drop(ready_tx);
         for _ in 0..n {
             // A worker that dies before it is ready shows up on its first batch.
             if ready_rx.recv_timeout(Duration::from_secs(60)).is_err() {
                 break;
             }
         }
-        Ok(Pool {
-            free: Some(free_tx),
-            done: done_rx,
-            threads,
-            early: BTreeMap::new(),
-            next: first,
-            end,
-            lent: None,
-            failed: None,
-        })
-    }
-
-    fn give_back(&mut self) {
-        if let (Some(b), Some(free)) = (self.lent.take(), &self.free) {
-            let _ = free.send(b);
-        }
+        Ok(pool)
     }
 
     pub(super) fn next(&mut self) -> Result<&Batch, LoaderError> {
-        self.give_back();
+        let k = self.next;
+        let mut state = self.shared.lock();
+        if let Some(b) = self.lent.take() {
+            state.free.push_back(b);
+            if state.starved > 0 {
+                self.shared.freed.notify_one();
+            }
+        }
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        let k = self.next;
         let result = loop {
-            if let Some(result) = self.early.remove(&k) {
+            if let Some(result) = state.built.remove(&k) {
                 break result;
             }
-            match self.done.recv() {
-                Ok((i, result)) if i == k => break result,
-                Ok((i, result)) => {
-                    self.early.insert(i, result);
-                }
-                Err(_) => break Err(LoaderError::WorkersGone { batch: k }),
+            if state.running == 0 {
+                break Err(LoaderError::WorkersGone { batch: k });
             }
+            state.awaited = Some(k);
+            drop(state);
+            let mut byte = [0];
+            match self.woken.read(&mut byte) {
+                Ok(1) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // The write end lives as long as the pool: neither can happen.
+                Ok(_) => unreachable!("the wake-up pipe closed"),
+                Err(e) => {
+                    return Err(LoaderError::Wait {
+                        message: e.to_string(),
+                    });
+                }
+            }
+            state = self.shared.lock();
         };
+        drop(state);
         let batch = result.inspect_err(|e| self.failed = Some(e.clone()))?;
         debug_assert_eq!(batch.index, k);
         self.next += 1;
@@ -121,24 +228,23 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        // Closing the free channel ends workers waiting for a buffer; dropping the done
-        // receiver ends workers delivering.
-        self.free = None;
-        let threads = std::mem::take(&mut self.threads);
-        let (_, dead) = unbounded();
-        drop(std::mem::replace(&mut self.done, dead));
-        for t in threads {
+        // Workers waiting for a buffer return at once; a worker building finishes its batch
+        // and returns at its next look.
+        self.shared.lock().closed = true;
+        self.shared.freed.notify_all();
+        for t in std::mem::take(&mut self.threads) {
             let _ = t.join();
         }
     }
 }
 
-/// Sends "worker gone" for a claimed batch if the worker unwinds before delivering it, so the
-/// training thread never waits for a batch nobody builds.
+/// Delivers "worker gone" for a claimed batch if the worker unwinds before delivering it, and
+/// counts the worker out when it returns, so the training thread never waits for a batch
+/// nobody builds.
 struct Claim<'a> {
     worker: usize,
     batch: Option<u64>,
-    done: &'a Sender<Delivery>,
+    shared: &'a Shared,
 }
 
 impl Drop for Claim<'_> {
@@ -148,55 +254,69 @@ impl Drop for Claim<'_> {
                 worker: self.worker,
                 batch,
             };
-            let _ = self.done.send((batch, Err(gone)));
+            self.shared.deliver(batch, Err(gone));
         }
+        self.shared.leave();
     }
 }
 
-pub(super) fn worker_main(
-    w: usize,
-    end: Option<u64>,
-    source: &Source,
-    claims: &AtomicU64,
-    free: Receiver<Batch>,
-    done: Sender<Delivery>,
-    ready: Sender<()>,
-) {
+/// A free buffer and the batch index it is for, or None when the pool is closed or past its
+/// end. The time spent getting the buffer is the queue-full stage of a profiled run.
+fn claim(shared: &Shared, end: Option<u64>, source: &Source) -> Option<(u64, Batch)> {
+    // Blocks while every buffer of the pool is built and not yet consumed.
+    let span = tracing::info_span!(spans::QUEUE_FULL);
+    let profiling = !span.is_disabled();
+    let _span = span.entered();
+    let start = profiling.then(Instant::now);
+    let mut state = shared.lock();
+    let batch = loop {
+        if state.closed {
+            return None;
+        }
+        if let Some(batch) = state.free.pop_front() {
+            break batch;
+        }
+        state.starved += 1;
+        state = shared
+            .freed
+            .wait(state)
+            .unwrap_or_else(PoisonError::into_inner);
+        state.starved -= 1;
+    };
+    // Taken only with a buffer in hand, so whoever holds batch k can always build it.
+    let k = state.claims;
+    if end.is_some_and(|e| k >= e) {
+        return None;
+    }
+    state.claims += 1;
+    drop(state);
+    if let Some(start) = start {
+        source
+            .stages
+            .add_queue_wait(start.elapsed().as_nanos() as u64);
+    }
+    Some((k, batch))
+}
+
+fn worker_main(w: usize, end: Option<u64>, source: &Source, shared: &Shared, ready: Sender<()>) {
+    // Made first, so a worker that fails even before its first batch is counted out.
+    let mut claimed = Claim {
+        worker: w,
+        batch: None,
+        shared,
+    };
     let mut builder = Builder::new(source);
     let _ = ready.send(());
     drop(ready);
-    loop {
-        let free_buffer = {
-            // Blocks while every buffer of the pool is built and not yet consumed.
-            let span = tracing::info_span!(spans::QUEUE_FULL);
-            let profiling = !span.is_disabled();
-            let _span = span.entered();
-            let start = profiling.then(Instant::now);
-            let free_buffer = free.recv();
-            if let Some(start) = start {
-                source
-                    .stages
-                    .add_queue_wait(start.elapsed().as_nanos() as u64);
-            }
-            free_buffer
-        };
-        let Ok(mut batch) = free_buffer else { return };
-        // Taken only with a buffer in hand, so whoever holds batch k can always build it.
-        let k = claims.fetch_add(1, Ordering::Relaxed);
-        if end.is_some_and(|e| k >= e) {
-            return;
-        }
-        let mut claim = Claim {
-            worker: w,
-            batch: Some(k),
-            done: &done,
-        };
-        let message = builder
+    while let Some((k, mut batch)) = claim(shared, end, source) {
+        claimed.batch = Some(k);
+        let result = builder
             .build_caught(source, Some(w), k, &mut batch)
             .map(|()| batch);
-        claim.batch = None;
-        let failed = message.is_err();
-        if done.send((k, message)).is_err() || failed {
+        claimed.batch = None;
+        let failed = result.is_err();
+        shared.deliver(k, result);
+        if failed {
             return;
         }
     }
