@@ -10,6 +10,10 @@ use std::time::Instant;
 use candle_core::{Device, Tensor};
 use serde::Serialize;
 
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
 use crate::analysis::median;
 use crate::config::{OptimizerSection, Settings};
 use crate::data::Dataset;
@@ -306,9 +310,9 @@ fn loader_rates(
     // ≈ 65,536 images per repetition (0.1–0.3 s), for the same reason. Each repetition also
     // builds the same batches on one and on two threads that hand nothing over
     // (`independent_rate`): the machine's own ceiling for the speed-up. Within a repetition the
-    // two figures of each ratio are measured back to back (workers 0 and 2, then 1 thread and 2
-    // threads), in reverse order every other repetition, because this machine's speed drifts by
-    // tens of percent within a minute; each speed-up is the median of per-repetition ratios.
+    // figures of each ratio are measured close together, in an order drawn per repetition
+    // (below), because this machine's speed drifts by tens of percent within a minute; each
+    // speed-up is the median of per-repetition ratios.
     // A costly pipeline (decoding large images) gets fewer: about 2 s of building per timing.
     let mut probe = BatchBuilder::new(
         Arc::clone(dataset),
@@ -343,18 +347,29 @@ fn loader_rates(
     let mut woken = Vec::new(); // on 2 threads, waking a consumer
     let mut arithmetic = [Vec::new(), Vec::new()]; // the cores alone, on 1, 2 threads
     for r in 0..repeats {
-        let mut order = [
+        // The four timings of the loader's share of its ceiling (workers 0 and 2, 1 and 2
+        // threads without hand-off) back to back, so the least drift falls between them; their
+        // order, and whether they come before or after the other four, drawn afresh each
+        // repetition (seeded), so no figure always follows the same one: with a fixed order
+        // (each repetition reversing the last) the share moved by about 3 % with the order.
+        let mut rng = ChaCha8Rng::seed_from_u64(r as u64);
+        let mut share = [
             Workers { workers: 0 },
             Workers { workers: 2 },
-            Workers { workers: 1 },
             Alone { threads: 1 },
             Alone { threads: 2 },
+        ];
+        let mut others = [
+            Workers { workers: 1 },
             Woken,
             Arithmetic { threads: 1 },
             Arithmetic { threads: 2 },
         ];
-        if r % 2 == 1 {
-            order.reverse();
+        share.shuffle(&mut rng);
+        others.shuffle(&mut rng);
+        let mut order: Vec<Case> = [share, others].concat();
+        if rng.random_bool(0.5) {
+            order.rotate_left(4);
         }
         for case in order {
             let mut cfg = LoaderConfig::from_settings(settings);
@@ -484,6 +499,13 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
             format!("loader, workers = {workers} (no training)"),
             "img/s",
             r,
+        ));
+    }
+    for (r, threads) in alone.iter().zip(["1 thread", "2 threads"]) {
+        results.push(Measurement::new(
+            format!("same batches, {threads}, no hand-off"),
+            "img/s",
+            r.clone(),
         ));
     }
     let ratios = [

@@ -655,6 +655,10 @@ fn bench_reports_the_chain_the_loader_and_the_ceiling() {
         "loader speed-up, workers = 2 / workers = 0",
         "same batches, 2 threads / 1, no hand-off",
         "loader speed-up / that ceiling",
+        "same batches, 1 thread, no hand-off",
+        "same batches, 2 threads, no hand-off",
+        "same, waking a consumer each batch (least hand-off)",
+        "loader speed-up / that ",
         "arithmetic only, 2 threads / 1 (the cores)",
     ] {
         let line = stdout
