@@ -74,7 +74,8 @@ impl Shared {
     }
 
     fn wake(&self) {
-        // The pipe cannot fill: at most one byte is ever unread.
+        // The pipe cannot fill: one byte per sleep, read by the sleeper (a read interrupted by
+        // a signal may leave one behind, which costs one extra turn of its loop).
         let _ = (&self.wake).write(&[1]);
     }
 
@@ -83,7 +84,11 @@ impl Shared {
         let wake = {
             let mut state = self.lock();
             state.built.insert(k, result);
-            state.awaited == Some(k) && state.awaited.take().is_some()
+            let waited_for = state.awaited == Some(k);
+            if waited_for {
+                state.awaited = None;
+            }
+            waited_for
         };
         if wake {
             self.wake();
