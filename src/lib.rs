@@ -16,6 +16,9 @@ pub mod shell;
 // How figures are printed: at least four significant digits.
 pub mod format;
 
+// CPU feature tokens: AVX2 code is reachable only through a value proving it was detected.
+pub mod simd;
+
 // Channels × height × width of an image, and its planar layout.
 pub mod shape;
 

@@ -264,3 +264,40 @@ fn every_op_matches_pillow_on_colour_and_grey_images() {
         failures.join("\n")
     );
 }
+
+/// Pillow's rotation at every size class (tests/fixtures/make_rotate_fixture.py): small images,
+/// ones around 32,768 px where Pillow leaves fixed point for doubles, and ones past 65,536 px
+/// (a RandomResizedCrop to [2, 70000] before a RandomRotation), with and without the slack that
+/// lets runs be gathered.
+#[test]
+fn rotate_matches_pillow_at_every_size() {
+    use md5::{Digest, Md5};
+    let text = std::fs::read_to_string("tests/fixtures/rotate_fixture.json").unwrap();
+    let fixture: Value = serde_json::from_str(&text).unwrap();
+    let cases = fixture["cases"].as_array().unwrap();
+    assert!(cases.len() > 400);
+    let mut wide = 0;
+    for case in cases {
+        let size = |key: &str| case[key].as_u64().unwrap() as usize;
+        let (w, h) = (size("width"), size("height"));
+        let angle = case["angle"].as_f64().unwrap();
+        let fill = case["fill"].as_u64().unwrap() as u8;
+        let mut src: Vec<u8> = (0..w * h)
+            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        let mut plain = vec![0u8; w * h];
+        rotate_nearest(&src, w, h, angle, fill, &mut plain);
+        src.extend_from_slice(&[0; 3]);
+        let mut gathered = vec![0u8; w * h];
+        rotate_nearest(&src, w, h, angle, fill, &mut gathered);
+        assert_eq!(plain, gathered, "{w}x{h} at {angle}: gathered != scalar");
+        let digest = format!("{:x}", Md5::digest(&plain));
+        assert_eq!(
+            digest,
+            case["md5"].as_str().unwrap(),
+            "{w}x{h} at {angle}° (fill {fill})"
+        );
+        wide += (w.max(h) >= 65_536) as usize;
+    }
+    assert!(wide >= 50, "only {wide} cases past 65,536 px");
+}
