@@ -7,6 +7,8 @@
 
 use rand::Rng;
 
+use crate::simd::{Avx2, Isa, Portable};
+
 /// A crop box in pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CropBox {
@@ -240,17 +242,22 @@ pub fn crop_resize(
     dst: &mut [u8],
     s: &mut ResizeScratch,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        return unsafe { crop_resize_avx2(src, src_w, b, out_w, out_h, dst, s) };
+    match Avx2::detect() {
+        #[cfg(target_arch = "x86_64")]
+        Some(avx2) => {
+            // SAFETY: the token exists only where AVX2 was detected.
+            unsafe { crop_resize_avx2(avx2, src, src_w, b, out_w, out_h, dst, s) }
+        }
+        _ => crop_resize_impl(Portable, src, src_w, b, out_w, out_h, dst, s),
     }
-    crop_resize_impl::<false>(src, src_w, b, out_w, out_h, dst, s)
 }
 
+/// [`crop_resize_impl`] compiled with AVX2 enabled throughout.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn crop_resize_avx2(
+#[allow(clippy::too_many_arguments)]
+fn crop_resize_avx2(
+    avx2: Avx2,
     src: &[u8],
     src_w: usize,
     b: CropBox,
@@ -259,7 +266,21 @@ unsafe fn crop_resize_avx2(
     dst: &mut [u8],
     s: &mut ResizeScratch,
 ) {
-    crop_resize_impl::<true>(src, src_w, b, out_w, out_h, dst, s)
+    crop_resize_impl(avx2, src, src_w, b, out_w, out_h, dst, s)
+}
+
+/// [`hpass3_avx2`] for the holder of the token.
+#[cfg(target_arch = "x86_64")]
+fn hpass3(_: Avx2, row: &[u8; 32], l: &Lanes32, out: &mut [u8; 32]) {
+    // SAFETY: the token exists only where AVX2 was detected.
+    unsafe { hpass3_avx2(row, l, out) }
+}
+
+/// [`hpass8_avx2`] for the holder of the token.
+#[cfg(target_arch = "x86_64")]
+fn hpass8(_: Avx2, row: &[i32], f: &Coefficients, out: &mut [u8]) {
+    // SAFETY: the token exists only where AVX2 was detected.
+    unsafe { hpass8_avx2(row, f, out) }
 }
 
 /// Pillow's pass order (Resample.c since Pillow 12): when the height shrinks by more than twice
@@ -274,7 +295,9 @@ fn vertical_first(in_w: usize, in_h: usize, out_w: usize, out_h: usize) -> bool 
 /// [`crop_resize`] with the vertical pass first ([`vertical_first`]): each output row is a
 /// weighted sum of crop rows (full crop width), then filtered horizontally.
 #[inline(always)]
-fn crop_resize_vertical_first<const AVX2: bool>(
+#[allow(clippy::too_many_arguments)]
+fn crop_resize_vertical_first<I: Isa>(
+    isa: I,
     src: &[u8],
     src_w: usize,
     b: CropBox,
@@ -308,11 +331,9 @@ fn crop_resize_vertical_first<const AVX2: bool>(
         let row = &s.temp[yy * in_w..][..in_w];
         let out = &mut dst[yy * out_w..][..out_w];
         #[cfg(target_arch = "x86_64")]
-        if AVX2 && !fh.wide.is_empty() {
+        if let Some(avx2) = isa.avx2().filter(|_| !fh.wide.is_empty()) {
             widen(row, &mut s.wide_row);
-            // SAFETY: only reached in the AVX2 instantiation, which runs only on CPUs with
-            // AVX2 (see `crop_resize`).
-            unsafe { hpass8_avx2(&s.wide_row, &fh, out) };
+            hpass8(avx2, &s.wide_row, &fh, out);
             continue;
         }
         for ((o, &(xmin, n)), k) in out
@@ -467,12 +488,15 @@ fn hpass8_avx2(row: &[i32], f: &Coefficients, out: &mut [u8]) {
     }
 }
 
-/// The crop-and-resize kernel, compiled twice (`AVX2` on and off). One long function on
+/// The crop-and-resize kernel, compiled twice ([`Portable`], and [`Avx2`] inside
+/// [`crop_resize_avx2`]). One long function on
 /// purpose: it is the seed chain's hot loop (≈ 350k images/s on one core), and the horizontal
 /// pass, the filter-cache lookups and the fused vertical pass share their row buffers and
 /// bounds in locals that splitting would turn into arguments and re-checks per row.
 #[inline(always)]
-fn crop_resize_impl<const AVX2: bool>(
+#[allow(clippy::too_many_arguments)]
+fn crop_resize_impl<I: Isa>(
+    isa: I,
     src: &[u8],
     src_w: usize,
     b: CropBox,
@@ -492,7 +516,7 @@ fn crop_resize_impl<const AVX2: bool>(
     let need_h = in_w != out_w;
     let need_v = in_h != out_h;
     if need_h && need_v && vertical_first(in_w, in_h, out_w, out_h) {
-        return crop_resize_vertical_first::<AVX2>(src, src_w, b, out_w, out_h, dst, s);
+        return crop_resize_vertical_first(isa, src, src_w, b, out_w, out_h, dst, s);
     }
     let fh = s.filter(in_w, out_w);
     let fv = s.filter(in_h, out_h);
@@ -504,28 +528,26 @@ fn crop_resize_impl<const AVX2: bool>(
     s.row.clear();
     s.row.resize(in_w + fh.ksize, 0);
     #[cfg(target_arch = "x86_64")]
-    let lanes = fh.lanes.as_deref().filter(|_| AVX2 && need_h);
-    #[cfg(not(target_arch = "x86_64"))]
-    let lanes: Option<&Lanes32> = None;
+    let lanes = isa
+        .avx2()
+        .filter(|_| need_h)
+        .and_then(|avx2| Some((avx2, fh.lanes.as_deref()?)));
     for y in 0..in_h {
         let row = &src[(b.top + y) * src_w + b.left..][..in_w];
         let out = &mut s.temp[y * temp_w..][..temp_w];
         #[cfg(target_arch = "x86_64")]
-        if let Some(l) = lanes {
+        if let Some((avx2, l)) = lanes {
             let mut padded = [0u8; 32];
             padded[..in_w].copy_from_slice(row);
             let mut lanes_out = [0u8; 32];
-            // SAFETY: only reached in the AVX2 instantiation, which runs only on CPUs with
-            // AVX2 (see `crop_resize`).
-            unsafe { hpass3_avx2(&padded, l, &mut lanes_out) };
+            hpass3(avx2, &padded, l, &mut lanes_out);
             out.copy_from_slice(&lanes_out[..temp_w]);
             continue;
         }
         #[cfg(target_arch = "x86_64")]
-        if AVX2 && need_h && !fh.wide.is_empty() {
+        if let Some(avx2) = isa.avx2().filter(|_| need_h && !fh.wide.is_empty()) {
             widen(row, &mut s.wide_row);
-            // SAFETY: as for `hpass3_avx2` above.
-            unsafe { hpass8_avx2(&s.wide_row, &fh, out) };
+            hpass8(avx2, &s.wide_row, &fh, out);
             continue;
         }
         if need_h {
@@ -664,7 +686,7 @@ mod tests {
                         width,
                     };
                     crop_resize(&src, 28, bx, out, out, &mut a, &mut fast);
-                    crop_resize_impl::<false>(&src, 28, bx, out, out, &mut b, &mut portable);
+                    crop_resize_impl(Portable, &src, 28, bx, out, out, &mut b, &mut portable);
                     assert_eq!(a[..out * out], b[..out * out], "{bx:?} -> {out}");
                     checked += 1;
                 }
@@ -695,7 +717,7 @@ mod tests {
                     };
                     vertical_first_seen |= vertical_first(width, height, ow, oh);
                     crop_resize(&src, w, bx, ow, oh, &mut a, &mut fast);
-                    crop_resize_impl::<false>(&src, w, bx, ow, oh, &mut b, &mut portable);
+                    crop_resize_impl(Portable, &src, w, bx, ow, oh, &mut b, &mut portable);
                     assert_eq!(a[..ow * oh], b[..ow * oh], "{bx:?} -> {ow}×{oh}");
                 }
             }
