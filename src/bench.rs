@@ -705,7 +705,6 @@ pub fn step(
     threads: &[usize],
     repeats: usize,
 ) -> anyhow::Result<Vec<Measurement>> {
-    crate::train::keep_freed_memory();
     let (x, y) = case.batch()?;
     let mut trainer = Trainer::with_layers(
         InitialWeights::pytorch_default(42, case.net.clone()),

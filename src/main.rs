@@ -9,6 +9,8 @@ use clap::Parser;
 use loaderlab::cli::{self, Cli};
 
 fn main() -> ExitCode {
+    // SAFETY: the first statement of `main`: no other thread exists yet.
+    unsafe { loaderlab::train::keep_freed_memory() };
     match cli::run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => failure.exit(),

@@ -44,8 +44,20 @@ pub fn decode(bytes: &[u8], mode: ColorMode, out: &mut Vec<u8>) -> Result<ImageS
 
 thread_local! {
     /// The decoder's interleaved output, reused from image to image: a fresh zeroed buffer per
-    /// image (what `JpegDecoder::decode` allocates) costs page faults on every sample.
+    /// image (what `JpegDecoder::decode` allocates) costs page faults on every sample. Given
+    /// back after an image that needed more than [`KEEP_DECODE_BUFFER_BYTES`].
     static DECODED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The largest decode buffer a thread keeps between images (a 12-megapixel RGB photo fits).
+/// A larger one (a panorama: Pillow's limit allows ~0.5 GB) is freed right after its image,
+/// so one outlier does not stay pinned in every worker for the rest of the run.
+pub const KEEP_DECODE_BUFFER_BYTES: usize = 40 << 20;
+
+/// The bytes this thread's decode buffer holds now.
+#[cfg(test)]
+fn decode_buffer_bytes() -> usize {
+    DECODED.with_borrow(|rgb| rgb.capacity())
 }
 
 /// [`decode`] of the part `region` asks for (given the image's shape, from its header): when
@@ -137,7 +149,7 @@ fn decode_jpeg(
             "the decoder gives {size} bytes for a {w}×{h} image"
         ));
     }
-    DECODED.with_borrow_mut(|rgb| {
+    let decoded = DECODED.with_borrow_mut(|rgb| {
         if rgb.len() < size {
             rgb.resize(size, 0);
         }
@@ -147,7 +159,13 @@ fn decode_jpeg(
         let b = b.unwrap_or(CropBox::whole(full));
         to_planar(&rgb[..size], components, w, b, mode, out);
         Ok::<(), String>(())
-    })?;
+    });
+    DECODED.with_borrow_mut(|rgb| {
+        if rgb.capacity() > KEEP_DECODE_BUFFER_BYTES {
+            *rgb = Vec::new();
+        }
+    });
+    decoded?;
     Ok(Read {
         shape: full,
         region: b,
@@ -419,5 +437,34 @@ mod tests {
                 full[3 * (w * y + 60)..3 * (w * y + 70)]
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod buffer_tests {
+    use super::*;
+    use jpeg_encoder::{ColorType, Encoder};
+
+    fn flat_jpeg(w: u16, h: u16) -> Vec<u8> {
+        let mut out = Vec::new();
+        let pixels = vec![90u8; w as usize * h as usize * 3];
+        Encoder::new(&mut out, 50)
+            .encode(&pixels, w, h, ColorType::Rgb)
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn an_outsized_image_does_not_stay_pinned_in_the_thread() {
+        let mut out = Vec::new();
+        decode(&flat_jpeg(64, 48), ColorMode::Rgb, &mut out).unwrap();
+        let small = decode_buffer_bytes();
+        assert!((64 * 48 * 3..1 << 20).contains(&small), "{small}");
+        // 4000 × 3600 RGB is 43 MB of decoder output: freed once the image is decoded.
+        let shape = decode(&flat_jpeg(4000, 3600), ColorMode::Rgb, &mut out).unwrap();
+        assert_eq!((shape.width, shape.height), (4000, 3600));
+        assert_eq!(decode_buffer_bytes(), 0);
+        decode(&flat_jpeg(64, 48), ColorMode::Rgb, &mut out).unwrap();
+        assert!(decode_buffer_bytes() < 1 << 20);
     }
 }

@@ -339,7 +339,6 @@ fn prepare(exp: &Experiment, quiet: bool) -> Result<Prepared, RunError> {
         .zip(&prepared)
         .map(|(c, s)| s.meta(&c.name))
         .collect();
-    train::keep_freed_memory();
     Ok(Prepared {
         setups,
         prepared,

@@ -136,11 +136,14 @@ pub fn to_device(batch: &Batch, device: &Device) -> Result<(Tensor, Tensor)> {
 /// glibc serves large allocations (im2col buffers, activations, gradients: up to ~30 MB at
 /// batch 256) with fresh `mmap`s and unmaps them on free, so every step paid page faults on
 /// tens of megabytes: measured here, 139 ms → 72 ms per CPU step at batch 256 once they are
-/// reused. Called once before training; affects only this process's allocator.
-pub fn keep_freed_memory() {
+/// reused. Affects only this process's allocator.
+///
+/// # Safety
+/// glibc documents `mallopt` as MT-Unsafe: call this before the process starts any thread
+/// (the first statement of `main`).
+pub unsafe fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator thresholds, under glibc's own arena lock, so it
-    // is sound while other threads (the compute pool) exist; no memory is touched.
+    // SAFETY: the caller guarantees no other thread exists yet.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
         libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
