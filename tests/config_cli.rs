@@ -713,6 +713,26 @@ fn normalize_needs_one_value_per_channel_of_the_data() {
 }
 
 #[test]
+fn normalize_without_mean_and_std_names_the_op_in_the_file() {
+    // Line 11 is the normalize op's `[[transforms]]`; the values it lacks are named, with an
+    // example of the right length.
+    let text =
+        format!("{BASE}\n[[transforms]]\nop = \"to_tensor\"\n[[transforms]]\nop = \"normalize\"\n");
+    let stderr = rejects(
+        &text,
+        11,
+        "transforms[1].mean",
+        "missing: normalize needs `mean`",
+    );
+    assert!(stderr.contains("mean = [0.5]"), "{stderr}");
+    assert!(
+        stderr.contains(":11:1: transforms[1].std: missing"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("built-in default"), "{stderr}");
+}
+
+#[test]
 fn random_crop_larger_than_the_image_is_refused() {
     let text = format!(
         "{BASE}\n[[transforms]]\nop = \"random_crop\"\nsize = 40\n[[transforms]]\nop = \"to_tensor\"\n"

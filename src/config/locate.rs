@@ -98,9 +98,11 @@ impl Context<'_> {
 }
 
 /// Whether `root` fixes the value at `path`: it holds the whole path, or a list or value that
-/// replaces everything below it.
+/// replaces everything below it. A key missing inside a list's item (a transform op's unset
+/// key) is decided by the list too: the item's defaults come with the item the file wrote.
 pub(super) fn decides(root: &Value, path: &[Seg]) -> bool {
     let mut value = root;
+    let mut in_list = false;
     for (depth, seg) in path.iter().enumerate() {
         let next = match (seg, value) {
             (Seg::Key(k), Value::Table(t)) => t.get(k),
@@ -108,8 +110,11 @@ pub(super) fn decides(root: &Value, path: &[Seg]) -> bool {
             _ => None,
         };
         match next {
-            Some(v) => value = v,
-            None => return depth > 0 && !matches!(value, Value::Table(_)),
+            Some(v) => {
+                in_list |= matches!(seg, Seg::Index(_));
+                value = v;
+            }
+            None => return in_list || (depth > 0 && !matches!(value, Value::Table(_))),
         }
     }
     true

@@ -416,7 +416,17 @@ fn check_op(
             }
             let c = input.channels;
             for (key, values) in [("mean", &n.mean), ("std", &n.std)] {
-                if values.len() != c {
+                if values.is_empty() {
+                    bad(
+                        at.key(key),
+                        format!(
+                            "missing: normalize needs `{key}`, one value per channel of the \
+                             data ({c} channel{}), e.g. {key} = [{}]",
+                            if c == 1 { "" } else { "s" },
+                            vec![if key == "mean" { "0.5" } else { "0.25" }; c].join(", ")
+                        ),
+                    );
+                } else if values.len() != c {
                     bad(
                         at.key(key),
                         format!(
