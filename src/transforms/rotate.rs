@@ -6,9 +6,10 @@
 //! 32-bit fixed point (`affine_fixed`); otherwise, or for a matrix with no shear terms, it steps
 //! in doubles. Both are reproduced here step for step, so the pixels are identical at any size.
 //!
-//! The one unchecked read (the AVX2 gather) rests on a [`Run`]: a stretch of a row that the code
-//! has proved maps inside the source, built only where the row's fixed-point coordinates cannot
-//! wrap. Every other read is bounds-checked.
+//! The one unchecked read (the AVX2 gather) rests on values that only their checks build: a
+//! [`NoWrap`] (no fixed-point coordinate of the image leaves i32, checked at the corners), the
+//! [`Run`]s it finds (the stretch of a row that maps inside the source) and a [`Gather`] (AVX2,
+//! slack after the image, 32-bit indices). Every other read is bounds-checked.
 
 use crate::simd::Avx2;
 
@@ -16,6 +17,9 @@ use crate::simd::Avx2;
 /// `src` may extend past the image: 3 bytes of slack let runs be gathered 4 bytes at a time.
 pub fn rotate_nearest(src: &[u8], w: usize, h: usize, angle: f64, fill: u8, dst: &mut [u8]) {
     let n = w * h;
+    if n == 0 {
+        return;
+    }
     let (src_image, dst) = (&src[..n], &mut dst[..n]);
     let angle = angle.rem_euclid(360.0);
     if angle == 0.0 {
@@ -106,118 +110,131 @@ fn rotate_float(src: &[u8], w: usize, h: usize, m: &[f64; 6], fill: u8, dst: &mu
 /// Pillow's `affine_fixed`: 16.16 coordinates advanced with 32-bit wrapping additions.
 fn rotate_fixed(src: &[u8], w: usize, h: usize, m: &[f64; 6], fill: u8, dst: &mut [u8]) {
     let fix = |v: f64| (v * 65536.0 + 0.5).floor() as i32;
-    let (a0, a1, a3, a4) = (fix(m[0]), fix(m[1]), fix(m[3]), fix(m[4]));
-    let a2 = fix(m[2] + m[0] * 0.5 + m[1] * 0.5);
-    let a5 = fix(m[5] + m[3] * 0.5 + m[4] * 0.5);
-    // The gather reads 4 bytes at 32-bit indices: it needs 3 bytes of slack after the image
-    // and every index below i32::MAX.
-    let gather =
-        Avx2::detect().filter(|_| src.len() >= w * h + 3 && w * h + 3 <= i32::MAX as usize);
+    let a = Fixed {
+        a0: fix(m[0]),
+        a1: fix(m[1]),
+        a2: fix(m[2] + m[0] * 0.5 + m[1] * 0.5),
+        a3: fix(m[3]),
+        a4: fix(m[4]),
+        a5: fix(m[5] + m[3] * 0.5 + m[4] * 0.5),
+    };
     let src_image = &src[..w * h];
+    let Some(exact) = NoWrap::check(a, w, h) else {
+        // Some 32-bit coordinate wraps (possible only within rounding of ±32,768 px):
+        // Pillow's arithmetic pixel by pixel, every read checked.
+        return rotate_fixed_checked(src_image, w, h, a, fill, dst);
+    };
+    let gather = Gather::new(src, w, h);
     for (y, row) in dst.chunks_exact_mut(w).enumerate() {
-        // The row's coordinates before wrapping: Pillow's `a2 += a1` per row, exactly.
-        let x0 = a2 as i64 + y as i64 * a1 as i64;
-        let y0 = a5 as i64 + y as i64 * a4 as i64;
-        let line = FixedLine {
-            x0,
-            y0,
-            dx: a0 as i64,
-            dy: a3 as i64,
+        let Some(run) = exact.run(y, w, h) else {
+            row.fill(fill);
+            continue;
         };
-        match line.run(w, h) {
-            Some(Found::Run(run)) => {
-                row[..run.lo].fill(fill);
-                row[run.hi..].fill(fill);
-                let out = &mut row[run.lo..run.hi];
-                match gather {
-                    #[cfg(target_arch = "x86_64")]
-                    Some(avx2) => run_avx2(avx2, src, w, h, &run, out),
-                    _ => run_scalar(src_image, w, &run, out),
-                }
-            }
-            Some(Found::Outside) => row.fill(fill),
-            // The row's 32-bit coordinates wrap (possible only within rounding of ±32,768 px):
-            // Pillow's arithmetic pixel by pixel, every read checked.
-            None => {
-                let (mut xx, mut yy) = (x0 as i32, y0 as i32);
-                for out in row.iter_mut() {
-                    let (xin, yin) = (xx >> 16, yy >> 16);
-                    *out = if (0..w as i64).contains(&(xin as i64))
-                        && (0..h as i64).contains(&(yin as i64))
-                    {
-                        src_image[yin as usize * w + xin as usize]
-                    } else {
-                        fill
-                    };
-                    xx = xx.wrapping_add(a0);
-                    yy = yy.wrapping_add(a3);
-                }
-            }
+        row[..run.lo].fill(fill);
+        row[run.hi..].fill(fill);
+        let out = &mut row[run.lo..run.hi];
+        match gather {
+            #[cfg(target_arch = "x86_64")]
+            Some(g) => g.run(src, w, &run, out),
+            _ => run_scalar(src_image, w, &run, out),
         }
     }
 }
 
-/// One output row's source coordinates in 16.16 fixed point, exact (64-bit):
-/// pixel `x` reads `(x0 + x·dx, y0 + x·dy) >> 16`.
-struct FixedLine {
-    x0: i64,
-    y0: i64,
-    dx: i64,
-    dy: i64,
+/// The six 16.16 coefficients: pixel (x, y) reads source
+/// `((a2 + y·a1 + x·a0) >> 16, (a5 + y·a4 + x·a3) >> 16)`.
+#[derive(Debug, Clone, Copy)]
+struct Fixed {
+    a0: i32,
+    a1: i32,
+    a2: i32,
+    a3: i32,
+    a4: i32,
+    a5: i32,
 }
 
-/// What a row holds: one run of pixels inside the source, or none at all.
-enum Found {
-    Run(Run),
-    Outside,
+/// Pillow's loop as it is, wrapping sums included, for an image whose coordinates wrap.
+fn rotate_fixed_checked(src: &[u8], w: usize, h: usize, a: Fixed, fill: u8, dst: &mut [u8]) {
+    let (mut a2, mut a5) = (a.a2, a.a5);
+    for row in dst.chunks_exact_mut(w) {
+        let (mut xx, mut yy) = (a2, a5);
+        for out in row.iter_mut() {
+            let (xin, yin) = ((xx >> 16) as i64, (yy >> 16) as i64);
+            *out = if (0..w as i64).contains(&xin) && (0..h as i64).contains(&yin) {
+                src[yin as usize * w + xin as usize]
+            } else {
+                fill
+            };
+            xx = xx.wrapping_add(a.a0);
+            yy = yy.wrapping_add(a.a3);
+        }
+        a2 = a2.wrapping_add(a.a1);
+        a5 = a5.wrapping_add(a.a4);
+    }
+}
+
+/// Proof that no pixel centre's 16.16 coordinates leave i32 in this image, so that Pillow's
+/// wrapping sums are exact (a wrapping sum equals the exact one whenever the exact one fits).
+/// Built only by [`NoWrap::check`].
+struct NoWrap(Fixed);
+
+impl NoWrap {
+    /// Each coordinate is affine in (x, y), so its extremes over the image lie at the corner
+    /// pixels: checked there, exactly, in 64 bits.
+    fn check(a: Fixed, w: usize, h: usize) -> Option<NoWrap> {
+        let (x1, y1) = ((w - 1) as i64, (h - 1) as i64);
+        let fits = |c: i64, dy: i32, dx: i32| {
+            [(0, 0), (x1, 0), (0, y1), (x1, y1)]
+                .iter()
+                .all(|&(x, y)| i32::try_from(c + y * dy as i64 + x * dx as i64).is_ok())
+        };
+        (fits(a.a2 as i64, a.a1, a.a0) && fits(a.a5 as i64, a.a4, a.a3)).then_some(NoWrap(a))
+    }
+
+    /// Row `y`'s run of pixels that map inside the `w`×`h` source, if any.
+    ///
+    /// Why one run suffices: with no wrapping, each coordinate is affine in x, so
+    /// `0 ≤ coord >> 16 < size` holds on one interval of x; two intervals meet in one.
+    #[inline]
+    fn run(&self, y: usize, w: usize, h: usize) -> Option<Run> {
+        let a = self.0;
+        // Exact: no sum of this image leaves i32 (`check`).
+        let xx0 = a.a2.wrapping_add(a.a1.wrapping_mul(y as i32));
+        let yy0 = a.a5.wrapping_add(a.a4.wrapping_mul(y as i32));
+        let at = |x: usize| {
+            (
+                xx0.wrapping_add(a.a0.wrapping_mul(x as i32)),
+                yy0.wrapping_add(a.a3.wrapping_mul(x as i32)),
+            )
+        };
+        let inside = |x: usize| {
+            let (xx, yy) = at(x);
+            ((xx >> 16) as u32 as usize) < w && ((yy >> 16) as u32 as usize) < h
+        };
+        let lo = (0..w).find(|&x| inside(x))?;
+        let hi = (lo..w).rev().find(|&x| inside(x)).map_or(lo, |x| x) + 1;
+        let (xx, yy) = at(lo);
+        Some(Run {
+            lo,
+            hi,
+            xx,
+            yy,
+            dx: a.a0,
+            dy: a.a3,
+        })
+    }
 }
 
 /// Pixels `lo..hi` of a row, every one of which maps inside the `w`×`h` source. Built only by
-/// [`FixedLine::run`], which proves it; the gather relies on nothing else.
+/// [`NoWrap::run`], which proves it; the gather relies on nothing else.
 struct Run {
     lo: usize,
     hi: usize,
-    /// 16.16 source coordinates of pixel `lo` (fit i32: checked when built).
+    /// 16.16 source coordinates of pixel `lo`.
     xx: i32,
     yy: i32,
     dx: i32,
     dy: i32,
-}
-
-impl FixedLine {
-    fn at(&self, x: usize) -> (i64, i64) {
-        (self.x0 + x as i64 * self.dx, self.y0 + x as i64 * self.dy)
-    }
-
-    /// The run of pixels that map inside a `w`×`h` source, or `None` when the row's
-    /// coordinates leave i32 somewhere (Pillow's sums wrap there, and the run argument fails).
-    ///
-    /// Why one run suffices: without wrapping, each coordinate is affine in x, so
-    /// `0 ≤ coord >> 16 < size` holds on one interval of x; two intervals meet in one.
-    fn run(&self, w: usize, h: usize) -> Option<Found> {
-        let fits = |v: i64| i32::try_from(v).is_ok();
-        let (first, last) = (self.at(0), self.at(w - 1));
-        if ![first.0, first.1, last.0, last.1].into_iter().all(fits) {
-            return None;
-        }
-        let inside = |x: usize| {
-            let (xx, yy) = self.at(x);
-            (0..w as i64).contains(&(xx >> 16)) && (0..h as i64).contains(&(yy >> 16))
-        };
-        let Some(lo) = (0..w).find(|&x| inside(x)) else {
-            return Some(Found::Outside);
-        };
-        let hi = (lo..w).rev().find(|&x| inside(x)).map_or(lo, |x| x) + 1;
-        let (xx, yy) = self.at(lo);
-        Some(Found::Run(Run {
-            lo,
-            hi,
-            xx: xx as i32,
-            yy: yy as i32,
-            dx: self.dx as i32,
-            dy: self.dy as i32,
-        }))
-    }
 }
 
 /// A run pixel by pixel.
@@ -230,31 +247,47 @@ fn run_scalar(src: &[u8], w: usize, run: &Run, out: &mut [u8]) {
     }
 }
 
-/// A run gathered eight pixels at a time.
-#[cfg(target_arch = "x86_64")]
-fn run_avx2(avx2: Avx2, src: &[u8], w: usize, h: usize, run: &Run, out: &mut [u8]) {
-    let _ = avx2;
-    // The gather's premises beyond the run: 32-bit indices, and 3 bytes after the image for
-    // the last pixel's 4-byte read.
-    assert!(src.len() >= w * h + 3 && w * h + 3 <= i32::MAX as usize);
-    assert_eq!(out.len(), run.hi - run.lo);
-    // SAFETY: the `Avx2` token exists only where AVX2 was detected; every pixel of `run` maps
-    // inside the source (`Run` is built only by `FixedLine::run`, which proves it); the asserts
-    // above give the slack and the index width.
-    unsafe { gather_run(src, w, run, out) }
+/// Proof that runs of this image may be gathered: AVX2 is present (the token), 3 bytes of
+/// slack follow the image for the last pixel's 4-byte read, and every pixel index fits the
+/// gather's 32-bit lanes. Built only by [`Gather::new`].
+#[derive(Clone, Copy)]
+struct Gather(#[allow(dead_code)] Avx2);
+
+impl Gather {
+    fn new(src: &[u8], w: usize, h: usize) -> Option<Gather> {
+        let fits = src.len() >= w * h + 3 && w * h + 3 <= i32::MAX as usize;
+        Avx2::detect().filter(|_| fits).map(Gather)
+    }
+
+    /// A run gathered eight pixels at a time.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    fn run(self, src: &[u8], w: usize, run: &Run, out: &mut [u8]) {
+        // SAFETY: `Gather` proves AVX2, the slack and the index width for this image; every
+        // pixel of `run` maps inside it (`Run` is built only by `NoWrap::run`, which proves it),
+        // and `out` is the run's slice of the row.
+        unsafe { gather_run(src, w, (run.xx, run.yy), (run.dx, run.dy), out) }
+    }
 }
 
-/// `out[i] = src[(yy_i >> 16) * w + (xx_i >> 16)]` with `xx_i = run.xx + i·run.dx` (likewise
-/// `yy`), the eight source bytes fetched with one AVX2 gather of 32-bit words.
+/// `out[i] = src[(yy_i >> 16) * w + (xx_i >> 16)]` with `xx_i = xx + i·a0`, `yy_i = yy + i·a3`,
+/// the eight source bytes fetched with one AVX2 gather of 32-bit words. (The coordinates come
+/// as scalars, not as a `&Run`: read from one struct, the compiler kept them as a vector pair
+/// and the loop ran 30 % slower.)
 ///
 /// # Safety
 /// AVX2 must be available; every pixel of `out` must map inside the `w`-wide source, whose
 /// pixel indices fit i32; `src` must extend at least 3 bytes past the image.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn gather_run(src: &[u8], w: usize, run: &Run, out: &mut [u8]) {
+unsafe fn gather_run(
+    src: &[u8],
+    w: usize,
+    (xx, yy): (i32, i32),
+    (a0, a3): (i32, i32),
+    out: &mut [u8],
+) {
     use std::arch::x86_64::*;
-    let (a0, a3) = (run.dx, run.dy);
     let n = out.len();
     let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     let (dx, dy) = (
@@ -267,7 +300,7 @@ unsafe fn gather_run(src: &[u8], w: usize, run: &Run, out: &mut [u8]) {
         0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, //
         0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
     );
-    let (mut x0, mut y0) = (run.xx, run.yy);
+    let (mut x0, mut y0) = (xx, yy);
     let mut i = 0;
     while i + 8 <= n {
         let xv = _mm256_add_epi32(_mm256_set1_epi32(x0), dx);
