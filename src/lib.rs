@@ -61,6 +61,9 @@ pub mod analysis;
 // Figures → report.md, charts and result.json.
 pub mod report;
 
+// Run → report → promote: an experiment to a finished results folder.
+pub mod execute;
+
 // Every figure recomputed and checked.
 pub mod verify;
 

@@ -7,9 +7,10 @@ use super::experiment::load;
 use super::{Failure, Global};
 use crate::analysis::Analysis;
 use crate::config::Overrides;
+use crate::execute::{self, ExecuteError};
 use crate::plan;
-use crate::results::{REPORT_MD, partial_dir, promote};
-use crate::runner::{self, RunError, RunOptions};
+use crate::results::REPORT_MD;
+use crate::runner::{self, RunOptions};
 
 pub(super) fn run(
     file: &Path,
@@ -50,31 +51,14 @@ pub(super) fn run(
         only_runs,
         profile_conditions,
     };
-    match runner::run(&exp, &plan, &opts, runner::reporter(g.quiet)) {
-        Ok(_) => {}
-        Err(RunError::Interrupted { partial }) => {
-            return Err(Failure::Interrupted(format!(
-                "interrupted: measurements so far kept in {}; earlier results in {} untouched",
-                partial.display(),
-                out.display()
-            )));
-        }
-        Err(e) => return Err(Failure::Failed(e.to_string())),
-    }
-    let partial = partial_dir(&out);
-    let analysis = crate::report::build(&partial).map_err(|e| {
-        Failure::Failed(format!(
-            "the measurements are complete in {} but the report failed: {e}",
-            partial.display()
-        ))
-    })?;
-    promote(&partial, &out).map_err(|e| {
-        Failure::Failed(format!(
-            "the run finished but its results could not be moved from {} to {}: {e}",
-            partial.display(),
-            out.display()
-        ))
-    })?;
+    let analysis = execute::run_to_folder(&exp, &plan, &opts, runner::reporter(g.quiet)).map_err(
+        |e| match e {
+            interrupted @ ExecuteError::Interrupted { .. } => {
+                Failure::Interrupted(interrupted.to_string())
+            }
+            other => Failure::Failed(other.to_string()),
+        },
+    )?;
     print!("{}", summary_table(&analysis));
     println!("report: {}", out.join(REPORT_MD).display());
     Ok(())
