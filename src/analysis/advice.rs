@@ -13,6 +13,7 @@ use crate::config::Settings;
 use crate::plan::PlanCondition;
 use crate::results::{ComputeDevice, HeadroomRecord, RunMeta};
 use crate::spans;
+use crate::train::CoreBudget;
 
 /// The throughput if data were free, from a condition's headroom run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -166,11 +167,11 @@ pub fn predict(
         (workers_exact.ceil() as u64).max(1)
     };
     let cm = meta.condition(&from.name)?;
-    let cap = (cm.compute_device == ComputeDevice::Cpu).then(|| {
-        (meta.environment.cores as u64)
-            .saturating_sub(cm.cpu_threads as u64)
-            .max(1)
-    });
+    let cores = CoreBudget {
+        cores: meta.environment.cores,
+    };
+    let cap =
+        (cm.compute_device == ComputeDevice::Cpu).then(|| cores.left_beside(cm.cpu_threads as u64));
     let workers = cap.map_or(wanted, |c| wanted.min(c));
     let mut measured: Vec<PredictionCheck> = family
         .iter()

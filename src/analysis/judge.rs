@@ -16,29 +16,7 @@ pub enum LoaderVerdict {
     KeptUp,
 }
 
-/// How far the input pipeline held the step up, in the classes of TensorFlow Profiler's
-/// input-pipeline analyzer (torch-tb-profiler advises more workers above the lower one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InputBound {
-    /// At least `highly_input_bound` of step time waiting for a batch.
-    Highly,
-    /// At least `moderately_input_bound`.
-    Moderately,
-    /// Below that.
-    Not,
-}
-
-impl InputBound {
-    /// The word result.json and summary.csv use.
-    pub fn word(self) -> &'static str {
-        match self {
-            InputBound::Highly => "highly",
-            InputBound::Moderately => "moderately",
-            InputBound::Not => "not",
-        }
-    }
-}
+pub use crate::results::InputBound;
 
 /// The thresholds of every judgement.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

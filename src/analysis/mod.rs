@@ -18,7 +18,9 @@ pub use advice::{Headroom, PredictionCheck, WorkerPrediction, same_but_workers, 
 pub use judge::{InputBound, Judgement, LoaderVerdict, Thresholds};
 pub use profile::{ProfileSummary, SpanRow, StageCost};
 pub use scale::{ModelScale, ScaleGroup, ScalePoint};
-pub use stats::{BOOTSTRAP_RESAMPLES, CONFIDENCE, Estimate, bootstrap, median, quantile};
+pub use stats::{
+    BOOTSTRAP_RESAMPLES, CONFIDENCE, Estimate, bootstrap, median, paired_ratio, quantile,
+};
 pub use tables::{summary_frame, write_tables};
 
 use std::collections::HashMap;

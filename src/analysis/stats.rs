@@ -85,6 +85,19 @@ pub fn bootstrap<F: Fn(&[Vec<f64>]) -> f64>(groups: &[&[f64]], seed: u64, stat: 
     }
 }
 
+/// `mine / other` paired by round (rounds present in both; interleaved rounds share the
+/// machine's drift, which pairing removes): the median ratio with its bootstrap CI over rounds.
+pub fn paired_ratio(mine: &[(i64, f64)], other: &[(i64, f64)], seed: u64) -> Estimate {
+    let ratios: Vec<f64> = mine
+        .iter()
+        .filter_map(|(round, v)| {
+            let (_, o) = other.iter().find(|(r, _)| r == round)?;
+            Some(v / o)
+        })
+        .collect();
+    bootstrap(&[&ratios], seed, |s| median(&s[0]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,6 +71,7 @@ pub(super) fn tune(args: &TuneArgs, overrides: &Overrides, g: &Global) -> Result
     let tuned = run_tune(
         &args.experiment,
         &exp,
+        overrides,
         &opts,
         &out,
         crate::runner::reporter(g.quiet),

@@ -56,6 +56,28 @@ impl Overrides {
         env.sort();
         Overrides { set, env }
     }
+
+    /// Every override as (dotted key, value, how it was given), lowest layer first: the
+    /// `LOADERLAB_*` variables, then `--set` in order. A `--set matrix.KEY=…` axis keeps its
+    /// `matrix.` prefix. Entries that are not `key=value` are left out (loading refuses them).
+    pub fn layers(&self) -> Vec<(String, Value, String)> {
+        let env = self.env.iter().filter_map(|(var, raw)| {
+            let key = var
+                .strip_prefix(ENV_PREFIX)?
+                .to_lowercase()
+                .replace("__", ".");
+            Some((key, parse_value(raw), format!("{var}={raw}")))
+        });
+        let set = self.set.iter().filter_map(|arg| {
+            let (key, raw) = arg.split_once('=')?;
+            Some((
+                key.trim().to_string(),
+                parse_value(raw.trim()),
+                format!("--set {arg}"),
+            ))
+        });
+        env.chain(set).collect()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -18,6 +18,6 @@ pub use problem::{KeyPath, Location, Problem, Seg};
 pub use resolved::resolved_toml;
 pub use schema::*;
 pub use validate::{
-    chain_output, dataset_len, dataset_shape, fashion_mnist_len, op_output, resize_output,
-    sets_size,
+    chain_output, check_settings, dataset_len, dataset_shape, fashion_mnist_len, op_output,
+    resize_output, sets_size,
 };

@@ -555,7 +555,7 @@ fn search(raw: &Raw) -> String {
                 format!("`{}`", x.condition),
                 rate(x.img_per_s),
                 pct(x.wait_share),
-                x.input_bound.clone(),
+                x.input_bound.word().to_string(),
                 format!(
                     "{} ({}–{})",
                     ratio(x.ratio_to_best),

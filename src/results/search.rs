@@ -4,6 +4,40 @@
 
 use serde::{Deserialize, Serialize};
 
+/// How far the input pipeline held the step up, in the classes of TensorFlow Profiler's
+/// input-pipeline analyzer (torch-tb-profiler advises more workers above the lower one).
+/// Judged by analysis (`Thresholds::judge`); here because search.json records it too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputBound {
+    /// At least `highly_input_bound` of step time waiting for a batch.
+    Highly,
+    /// At least `moderately_input_bound`.
+    Moderately,
+    /// Below that.
+    Not,
+}
+
+impl InputBound {
+    /// How far it held the step up: 0 not, 1 moderately, 2 highly.
+    pub fn severity(self) -> u8 {
+        match self {
+            InputBound::Not => 0,
+            InputBound::Moderately => 1,
+            InputBound::Highly => 2,
+        }
+    }
+
+    /// The word result.json and summary.csv use.
+    pub fn word(self) -> &'static str {
+        match self {
+            InputBound::Highly => "highly",
+            InputBound::Moderately => "moderately",
+            InputBound::Not => "not",
+        }
+    }
+}
+
 /// One setting as a trial measured it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrialSetting {
@@ -12,8 +46,7 @@ pub struct TrialSetting {
     /// Median img/s over the trial's rounds.
     pub img_per_s: f64,
     pub wait_share: f64,
-    /// "highly", "moderately" or "not".
-    pub input_bound: String,
+    pub input_bound: InputBound,
     /// Against the trial's best: the median of the per-round paired ratios of img/s, with
     /// its 95 % bootstrap CI over rounds.
     pub ratio_to_best: f64,

@@ -30,7 +30,7 @@ use crate::results::{
     RUN_JSON, RUNS_CSV, ResultsError, RunMeta, RunRecord, STEP_COLUMNS, STEPS_CSV, StepRecord,
 };
 use crate::trace::{self, TraceError};
-use crate::train::{self, InitialWeights, Trainer};
+use crate::train::{InitialWeights, Trainer};
 
 /// Set by the Ctrl-C handler; the runner stops after the current step.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -327,10 +327,9 @@ fn prepare(exp: &Experiment, quiet: bool) -> Result<Prepared, RunError> {
     }
     let mut setups = Setups::default();
     let mut prepared = Vec::new();
-    let cores = train::cores();
     for c in &exp.conditions {
         let setup = setups.prepare(&c.settings, quiet)?;
-        warnings.extend(setup.contention(&c.name, cores));
+        warnings.extend(setup.contention(&c.name));
         prepared.push(setup);
     }
     let metas: Vec<_> = exp

@@ -79,8 +79,11 @@ pub struct Setup {
     pub compute_device: ComputeDevice,
     /// A person's name for the device, e.g. "cpu (2 threads)".
     pub device_name: String,
-    /// Compute threads of the training step (the CPU's; on CUDA the host side's).
+    /// Compute threads of the training step (the CPU's; on CUDA the host side's), resolved
+    /// once here from `device.threads` by [`train::CoreBudget`].
     pub threads: usize,
+    /// The machine's cores that `threads` was resolved against.
+    pub cores: train::CoreBudget,
     pub pool: Arc<ComputePool>,
     /// The model, built for this condition's data.
     pub network: Network,
@@ -105,9 +108,9 @@ impl Setup {
     }
 
     /// The warning for more loader workers plus compute threads than cores on the CPU.
-    pub fn contention(&self, condition: &str, cores: usize) -> Option<String> {
+    pub fn contention(&self, condition: &str) -> Option<String> {
         let workers = self.settings().loader.workers;
-        let threads = self.threads;
+        let (threads, cores) = (self.threads, self.cores.cores);
         (self.compute_device == ComputeDevice::Cpu && workers as usize + threads > cores).then(
             || {
                 format!(
@@ -207,10 +210,8 @@ impl Setups {
                 e.insert(chosen)
             }
         };
-        let threads = match s.device.threads {
-            0 => train::cores(),
-            n => n as usize,
-        };
+        let cores = train::CoreBudget::here();
+        let threads = cores.compute_threads(s.device.threads);
         let (device, name) = (chosen.device.clone(), chosen.name.clone());
         let memory_pool = chosen.memory_pool.clone();
         let on_cpu = device.is_cpu();
@@ -236,6 +237,7 @@ impl Setups {
                 name
             },
             threads,
+            cores,
             pool: Arc::clone(pool),
             memory_pool,
         })

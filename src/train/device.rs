@@ -135,3 +135,32 @@ pub fn synchronize(device: &Device) -> candle_core::Result<()> {
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
+
+/// A machine's cores, shared by the training step's compute threads and the loader's workers:
+/// the one place where `device.threads = 0` becomes a number and where the cores left to one
+/// side beside the other are derived (the set-up, the advice, `tune` and `bench` all ask it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoreBudget {
+    pub cores: usize,
+}
+
+impl CoreBudget {
+    /// This machine's.
+    pub fn here() -> CoreBudget {
+        CoreBudget { cores: cores() }
+    }
+
+    /// The compute threads `device.threads` asks for: 0 means one per core.
+    pub fn compute_threads(self, setting: u64) -> usize {
+        match setting {
+            0 => self.cores.max(1),
+            n => n as usize,
+        }
+    }
+
+    /// The cores left beside `busy` threads (at least 1): on the CPU, the workers that fit
+    /// beside the compute threads, or the compute threads that fit beside the workers.
+    pub fn left_beside(self, busy: u64) -> u64 {
+        (self.cores as u64).saturating_sub(busy).max(1)
+    }
+}

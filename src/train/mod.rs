@@ -13,7 +13,7 @@ mod optim;
 mod pool;
 
 pub use clock::{DeviceClock, StepMarks};
-pub use device::{Chosen, DeviceError, cores, select, synchronize};
+pub use device::{Chosen, CoreBudget, DeviceError, cores, select, synchronize};
 pub use model::{
     InitialWeights, Layers, Model, ModelInput, RunningStats, fast_cpu_fits, max_pool_2x2,
     max_pool_3x3_s2,
