@@ -25,20 +25,21 @@ pub mod shape;
 // The networks as data: layers, parameters, shapes.
 pub mod net;
 
+// The names of the trace spans.
+pub mod spans;
+
+// The CPU transforms: each op's spec, checks, geometry and compiled form; the kernels; the
+// pipeline.
+pub mod transforms;
+
 // The experiment file: schema, layering, matrix expansion, checks.
 pub mod config;
 
 // The runs in order.
 pub mod plan;
 
-// The names of the trace spans.
-pub mod spans;
-
 // Datasets behind one trait.
 pub mod data;
-
-// The CPU transforms.
-pub mod transforms;
 
 // Batches from worker threads.
 pub mod loader;

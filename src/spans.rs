@@ -35,41 +35,18 @@ pub const FINGERPRINT: &str = "fingerprint";
 /// cost more than the small stages it times).
 pub const STAGE_SAMPLE: usize = 8;
 
-/// The span of one stage of the loader: reading, a transform op (by its op name), to_tensor
-/// into the batch, or the fingerprint. tracing names spans at compile time, so each stage has
-/// its own call site here.
+/// The span of one of the loader's own stages: reading, to_tensor into the batch, or the
+/// fingerprint. (Each transform op opens its own, named after it: `PixelOp::span`.) tracing
+/// names spans at compile time, so each stage has its own call site here.
 pub fn stage_span(stage: &'static str) -> tracing::Span {
-    macro_rules! stages {
-        ($($name:literal),* $(,)?) => {
-            match stage {
-                $($name => tracing::info_span!($name),)*
-                _ => tracing::info_span!("stage", name = stage),
-            }
-        };
+    match stage {
+        READ_DECODE => tracing::info_span!("read_decode"),
+        TO_TENSOR_INTO_BATCH => tracing::info_span!("to_tensor_into_batch"),
+        FINGERPRINT => tracing::info_span!("fingerprint"),
+        _ => tracing::info_span!("stage", name = stage),
     }
-    stages!(
-        "read_decode",
-        "to_tensor_into_batch",
-        "fingerprint",
-        "random_resized_crop",
-        "random_rotation",
-        "random_horizontal_flip",
-        "random_vertical_flip",
-        "resize",
-        "center_crop",
-        "random_crop",
-        "color_jitter",
-        "grayscale",
-        "random_grayscale",
-        "cpu_work",
-    )
 }
 
-/// Every stage span name, in pipeline order of kind (read, ops, to_tensor, fingerprint) and
-/// the queue wait, as analysis lists them.
-pub fn is_stage(name: &str) -> bool {
-    matches!(
-        name,
-        READ_DECODE | TO_TENSOR_INTO_BATCH | FINGERPRINT | QUEUE_FULL
-    ) || crate::config::TransformSpec::ops().contains(&name)
-}
+/// The loader's own stage spans besides the ops' (read, to_tensor, fingerprint) and the queue
+/// wait.
+pub const LOADER_STAGES: [&str; 4] = [READ_DECODE, TO_TENSOR_INTO_BATCH, FINGERPRINT, QUEUE_FULL];

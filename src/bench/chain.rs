@@ -115,17 +115,7 @@ struct PythonChain {
 
 impl PythonChain {
     fn prepare(dataset: &Arc<dyn Dataset>, pipeline: &Pipeline) -> Option<PythonChain> {
-        let known = [
-            "random_resized_crop",
-            "random_horizontal_flip",
-            "to_tensor",
-            "normalize",
-        ];
-        if !pipeline
-            .specs()
-            .iter()
-            .all(|t| known.contains(&t.op_name()))
-        {
+        if !pipeline.specs().iter().all(|t| t.op().in_pillow_chain()) {
             return None;
         }
         let probe = std::process::Command::new("python3")

@@ -13,11 +13,9 @@ mod resolved;
 mod schema;
 mod validate;
 
+pub use crate::transforms::ops::{chain_output, op_output, resize_output, sets_size};
 pub use load::{Condition, ConfigError, ENV_PREFIX, Experiment, Overrides, load, load_str};
 pub use problem::{KeyPath, Location, Problem, Seg};
 pub use resolved::resolved_toml;
 pub use schema::*;
-pub use validate::{
-    chain_output, check_settings, dataset_len, dataset_shape, fashion_mnist_len, op_output,
-    resize_output, sets_size,
-};
+pub use validate::{check_settings, dataset_len, dataset_shape, fashion_mnist_len};

@@ -3,11 +3,12 @@
 
 use super::problem::KeyPath;
 use super::schema::{
-    ColorMode, DatasetKind, ModelSection, OptimizerKind, OptimizerSection, Settings, Size, Split,
+    ColorMode, DatasetKind, ModelSection, OptimizerKind, OptimizerSection, Settings, Split,
     TransformSpec,
 };
 use crate::net::{self, ModelInput};
 use crate::shape::ImageShape;
+use crate::transforms::ops::{Reaching, chain_output, sets_size};
 
 /// The shape of the dataset's images, known from the settings alone.
 pub fn dataset_shape(s: &Settings) -> ImageShape {
@@ -28,69 +29,6 @@ pub fn dataset_shape(s: &Settings) -> ImageShape {
             ImageShape::new(d.channels as usize, d.size[0] as usize, d.size[1] as usize)
         }
     }
-}
-
-/// torchvision's `Resize` output (height, width) for a `height`×`width` image: one number is
-/// the shorter side (the longer one scaled and truncated, as `int(size * long / short)`),
-/// capped by `max_size` (0: no cap) on the longer side.
-pub fn resize_output(height: usize, width: usize, size: Size, max_size: u64) -> (usize, usize) {
-    let Size::Side(side) = size else {
-        return size.fixed();
-    };
-    if height == 0 || width == 0 {
-        // An image of unknown size (an image folder's): the output's size is unknown too.
-        return (0, 0);
-    }
-    let (short, long) = (height.min(width), height.max(width));
-    let mut new_short = side as usize;
-    let mut new_long = (side as f64 * long as f64 / short.max(1) as f64) as usize;
-    if max_size > 0 && new_long > max_size as usize {
-        new_short = (max_size as f64 * new_short as f64 / new_long as f64) as usize;
-        new_long = max_size as usize;
-    }
-    if width <= height {
-        (new_long, new_short)
-    } else {
-        (new_short, new_long)
-    }
-}
-
-/// The shape after op `spec`, given the shape before it.
-pub fn op_output(spec: &TransformSpec, input: ImageShape) -> ImageShape {
-    let sized = |(h, w): (usize, usize)| input.with_size(h, w);
-    match spec {
-        TransformSpec::RandomResizedCrop(c) => sized(c.size.fixed()),
-        TransformSpec::CenterCrop(c) => sized(c.size.fixed()),
-        TransformSpec::RandomCrop(c) => sized(c.size.fixed()),
-        TransformSpec::Resize(r) => {
-            sized(resize_output(input.height, input.width, r.size, r.max_size))
-        }
-        TransformSpec::Grayscale(g) => input.with_channels(g.num_output_channels as usize),
-        TransformSpec::RandomRotation(_)
-        | TransformSpec::RandomHorizontalFlip(_)
-        | TransformSpec::RandomVerticalFlip(_)
-        | TransformSpec::ColorJitter(_)
-        | TransformSpec::RandomGrayscale(_)
-        | TransformSpec::ToTensor(_)
-        | TransformSpec::Normalize(_)
-        | TransformSpec::CpuWork(_) => input,
-    }
-}
-
-/// Whether the op fixes the output size whatever the input's (a crop or resize to a size).
-pub fn sets_size(spec: &TransformSpec) -> bool {
-    match spec {
-        TransformSpec::RandomResizedCrop(_)
-        | TransformSpec::CenterCrop(_)
-        | TransformSpec::RandomCrop(_) => true,
-        TransformSpec::Resize(r) => matches!(r.size, Size::Pair(_)),
-        _ => false,
-    }
-}
-
-/// The shape of the tensors the transform chain hands the model, for `input` images.
-pub fn chain_output(specs: &[TransformSpec], input: ImageShape) -> ImageShape {
-    specs.iter().fold(input, |shape, t| op_output(t, shape))
 }
 
 /// FashionMNIST's and MNIST's split sizes.
@@ -217,8 +155,13 @@ fn check_transforms(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             }
             tensor_at = Some(i);
         }
-        check_op(t, &at, shape, tensor_at.is_some(), &mut bad);
-        shape = op_output(t, shape);
+        let reaching = Reaching {
+            shape,
+            after_tensor: tensor_at.is_some(),
+        };
+        t.op()
+            .check(reaching, &mut |key, message| bad(at.key(key), message));
+        shape = t.op().output(shape);
     }
     if tensor_at.is_none() {
         bad(
@@ -276,188 +219,6 @@ fn check_model(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             KeyPath::keys(["model", e.key]),
             format!("model {kind}: {} (size set by {size_from})", e.message),
         ));
-    }
-}
-
-/// One transform's own parameters; `after_tensor`: a `to_tensor` came before it (or is it).
-fn check_op(
-    t: &TransformSpec,
-    at: &KeyPath,
-    input: ImageShape,
-    after_tensor: bool,
-    bad: &mut dyn FnMut(KeyPath, String),
-) {
-    match t {
-        TransformSpec::RandomResizedCrop(c) => {
-            check_size(c.size, at, bad);
-            let [lo, hi] = c.scale;
-            if !(lo > 0.0 && hi <= 1.0 && lo <= hi) {
-                bad(
-                    at.key("scale"),
-                    format!(
-                        "expected 0 < low ≤ high ≤ 1 (fractions of the image area), found [{lo}, {hi}]"
-                    ),
-                );
-            }
-            let [lo, hi] = c.ratio;
-            if !(lo > 0.0 && lo <= hi) {
-                bad(
-                    at.key("ratio"),
-                    format!("expected 0 < low ≤ high (aspect ratios), found [{lo}, {hi}]"),
-                );
-            }
-        }
-        TransformSpec::RandomRotation(r) => {
-            if r.degrees < 0.0 || r.degrees > 180.0 {
-                bad(
-                    at.key("degrees"),
-                    format!(
-                        "expected 0 to 180 (the angle is drawn from [-degrees, degrees]), found {}",
-                        r.degrees
-                    ),
-                );
-            }
-        }
-        TransformSpec::RandomHorizontalFlip(f) | TransformSpec::RandomVerticalFlip(f) => {
-            check_probability(f.p, at, bad)
-        }
-        TransformSpec::RandomGrayscale(g) => check_probability(g.p, at, bad),
-        TransformSpec::Resize(r) => {
-            check_size(r.size, at, bad);
-            if r.max_size > 0 {
-                match r.size {
-                    Size::Pair(_) => bad(
-                        at.key("max_size"),
-                        "max_size applies only when size is one number (the shorter side)".into(),
-                    ),
-                    Size::Side(s) if r.max_size <= s => bad(
-                        at.key("max_size"),
-                        format!("expected more than size ({s}), found {}", r.max_size),
-                    ),
-                    _ => {}
-                }
-            }
-        }
-        TransformSpec::CenterCrop(c) => check_size(c.size, at, bad),
-        TransformSpec::RandomCrop(c) => {
-            check_size(c.size, at, bad);
-            let (th, tw) = c.size.fixed();
-            let p = crate::shape::Padding::from_values(&c.padding);
-            let (h, w) = (
-                input.height + p.top + p.bottom,
-                input.width + p.left + p.right,
-            );
-            if !c.pad_if_needed && !input.is_empty() && (th > h || tw > w) {
-                bad(
-                    at.key("size"),
-                    format!(
-                        "the crop ({th}×{tw}) is larger than the image it gets ({h}×{w} after \
-                         padding); set pad_if_needed = true or a smaller size"
-                    ),
-                );
-            }
-            if !matches!(c.padding.len(), 0 | 1 | 2 | 4) {
-                bad(
-                    at.key("padding"),
-                    format!(
-                        "expected one number, [left/right, top/bottom] or [left, top, right, \
-                         bottom], found {} values",
-                        c.padding.len()
-                    ),
-                );
-            }
-        }
-        TransformSpec::ColorJitter(j) => {
-            for (key, v) in [
-                ("brightness", j.brightness),
-                ("contrast", j.contrast),
-                ("saturation", j.saturation),
-            ] {
-                if v < 0.0 {
-                    bad(at.key(key), format!("expected a value ≥ 0, found {v}"));
-                }
-            }
-            if !(0.0..=0.5).contains(&j.hue) {
-                bad(
-                    at.key("hue"),
-                    format!(
-                        "expected 0 to 0.5 (the shift is drawn from [-hue, hue]), found {}",
-                        j.hue
-                    ),
-                );
-            }
-        }
-        TransformSpec::Grayscale(g) => {
-            if !matches!(g.num_output_channels, 1 | 3) {
-                bad(
-                    at.key("num_output_channels"),
-                    format!("expected 1 or 3, found {}", g.num_output_channels),
-                );
-            }
-        }
-        TransformSpec::ToTensor(_) => {}
-        TransformSpec::CpuWork(w) => {
-            if !(w.us.is_finite() && (0.0..=1e7).contains(&w.us)) {
-                bad(
-                    at.key("us"),
-                    format!(
-                        "expected microseconds of CPU time per image, 0 to 1e7, found {}",
-                        w.us
-                    ),
-                );
-            }
-        }
-        TransformSpec::Normalize(n) => {
-            if !after_tensor {
-                bad(
-                    at.key("op"),
-                    "normalize works on tensors and must come after to_tensor".into(),
-                );
-            }
-            let c = input.channels;
-            for (key, values) in [("mean", &n.mean), ("std", &n.std)] {
-                if values.is_empty() {
-                    bad(
-                        at.key(key),
-                        format!(
-                            "missing: normalize needs `{key}`, one value per channel of the \
-                             data ({c} channel{}), e.g. {key} = [{}]",
-                            if c == 1 { "" } else { "s" },
-                            vec![if key == "mean" { "0.5" } else { "0.25" }; c].join(", ")
-                        ),
-                    );
-                } else if values.len() != c {
-                    bad(
-                        at.key(key),
-                        format!(
-                            "expected one value per channel of the data ({c} channel{}), found {}",
-                            if c == 1 { "" } else { "s" },
-                            values.len()
-                        ),
-                    );
-                }
-            }
-            if n.std.iter().any(|v| *v <= 0.0) {
-                bad(at.key("std"), "expected values > 0".into());
-            }
-        }
-    }
-}
-
-/// A size of at least one pixel.
-fn check_size(size: Size, at: &KeyPath, bad: &mut dyn FnMut(KeyPath, String)) {
-    let (h, w) = size.fixed();
-    if h == 0 || w == 0 {
-        bad(at.key("size"), "expected at least 1 pixel, found 0".into());
-    }
-}
-
-fn check_probability(p: f64, at: &KeyPath, bad: &mut dyn FnMut(KeyPath, String)) {
-    if !(0.0..=1.0).contains(&p) {
-        bad(
-            at.key("p"),
-            format!("expected a probability from 0 to 1, found {p}"),
-        );
     }
 }
 

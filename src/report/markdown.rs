@@ -504,7 +504,7 @@ fn profiles(raw: &Raw, a: &Analysis) -> String {
         ]);
         // The per-image stage spans are in the stage table above.
         let listed = |r: &&crate::analysis::SpanRow| {
-            !crate::spans::is_stage(&r.span) || r.span == crate::spans::QUEUE_FULL
+            !is_stage(&r.span) || r.span == crate::spans::QUEUE_FULL
         };
         for r in prof.rows.iter().filter(listed) {
             t.row([
@@ -675,4 +675,10 @@ fn reproduce(raw: &Raw) -> String {
         meta.build_opt_level,
         meta.loaderlab_version,
     )
+}
+
+/// Every stage span name: the loader's own and the transform ops'.
+fn is_stage(name: &str) -> bool {
+    crate::spans::LOADER_STAGES.contains(&name)
+        || crate::transforms::TransformSpec::ops().contains(&name)
 }

@@ -8,10 +8,12 @@
 
 mod colour;
 mod geometry;
+pub mod ops;
 mod resize;
 mod rotate;
 
-use rand::seq::SliceRandom;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 pub use colour::{brightness, contrast, grey_plane, hue, luma, saturation};
@@ -19,11 +21,12 @@ pub use geometry::{PadMode, center_crop_geometry, crop, flip_horizontal, flip_ve
 pub use resize::{CropBox, ResizeScratch, crop_resize, sample_crop, uniform};
 pub use rotate::rotate_nearest;
 
-use crate::config::{PaddingMode, Size, TransformSpec, chain_output, resize_output};
+pub use ops::{Op, PixelOp, TransformSpec, chain_output};
+
 use crate::hash::{SplitMix64, splitmix as mix};
 use std::time::Instant;
 
-use crate::shape::{ImageShape, Padding};
+use crate::shape::ImageShape;
 use crate::spans;
 
 /// The RNG for one sample: a function of (seed, epoch, index) only.
@@ -106,123 +109,11 @@ impl SampleParams {
     }
 }
 
-/// ColorJitter's four adjustments, in torchvision's numbering (its `fn_idx`).
-const JITTER_NAMES: [&str; 4] = ["brightness", "contrast", "saturation", "hue"];
-
-#[derive(Debug, Clone)]
-enum PixelOp {
-    RandomResizedCrop {
-        size: (usize, usize),
-        scale: [f64; 2],
-        ratio: [f64; 2],
-    },
-    Rotate {
-        degrees: f64,
-        fill: u8,
-    },
-    Flip {
-        p: f64,
-        vertical: bool,
-    },
-    Resize {
-        size: Size,
-        max_size: u64,
-    },
-    CenterCrop {
-        size: (usize, usize),
-    },
-    RandomCrop {
-        size: (usize, usize),
-        padding: Padding,
-        pad_if_needed: bool,
-        fill: u8,
-        mode: PadMode,
-    },
-    /// Factor ranges per adjustment (None: off), in [`JITTER_NAMES`] order.
-    ColorJitter {
-        ranges: [Option<[f64; 2]>; 4],
-    },
-    Grayscale {
-        channels: usize,
-    },
-    RandomGrayscale {
-        p: f64,
-    },
-    /// Burn this many ns of the thread's CPU time; the image is untouched.
-    CpuWork {
-        ns: u64,
-    },
-}
-
-impl PixelOp {
-    fn compile(spec: &TransformSpec) -> Option<PixelOp> {
-        Some(match spec {
-            TransformSpec::RandomResizedCrop(c) => PixelOp::RandomResizedCrop {
-                size: c.size.fixed(),
-                scale: c.scale,
-                ratio: c.ratio,
-            },
-            TransformSpec::RandomRotation(r) => PixelOp::Rotate {
-                degrees: r.degrees,
-                fill: r.fill,
-            },
-            TransformSpec::RandomHorizontalFlip(f) => PixelOp::Flip {
-                p: f.p,
-                vertical: false,
-            },
-            TransformSpec::RandomVerticalFlip(f) => PixelOp::Flip {
-                p: f.p,
-                vertical: true,
-            },
-            TransformSpec::Resize(r) => PixelOp::Resize {
-                size: r.size,
-                max_size: r.max_size,
-            },
-            TransformSpec::CenterCrop(c) => PixelOp::CenterCrop {
-                size: c.size.fixed(),
-            },
-            TransformSpec::RandomCrop(c) => PixelOp::RandomCrop {
-                size: c.size.fixed(),
-                padding: Padding::from_values(&c.padding),
-                pad_if_needed: c.pad_if_needed,
-                fill: c.fill,
-                mode: match c.padding_mode {
-                    PaddingMode::Constant => PadMode::Constant,
-                    PaddingMode::Edge => PadMode::Edge,
-                    PaddingMode::Reflect => PadMode::Reflect,
-                    PaddingMode::Symmetric => PadMode::Symmetric,
-                },
-            },
-            TransformSpec::ColorJitter(j) => {
-                // torchvision's _check_input: a factor v gives [max(0, 1 - v), 1 + v], hue h
-                // gives [-h, h]; a range that is only its centre turns the adjustment off.
-                let around_one = |v: f64| (v > 0.0).then(|| [(1.0 - v).max(0.0), 1.0 + v]);
-                PixelOp::ColorJitter {
-                    ranges: [
-                        around_one(j.brightness),
-                        around_one(j.contrast),
-                        around_one(j.saturation),
-                        (j.hue > 0.0).then_some([-j.hue, j.hue]),
-                    ],
-                }
-            }
-            TransformSpec::Grayscale(g) => PixelOp::Grayscale {
-                channels: g.num_output_channels as usize,
-            },
-            TransformSpec::RandomGrayscale(g) => PixelOp::RandomGrayscale { p: g.p },
-            TransformSpec::CpuWork(w) => PixelOp::CpuWork {
-                ns: (w.us * 1e3).round() as u64,
-            },
-            TransformSpec::ToTensor(_) | TransformSpec::Normalize(_) => return None,
-        })
-    }
-}
-
 /// A compiled pipeline.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     specs: Vec<TransformSpec>,
-    ops: Vec<PixelOp>,
+    ops: Vec<Arc<dyn PixelOp>>,
     /// Each of `ops`' op names (its stage span in a profiled run).
     op_names: Vec<&'static str>,
     /// Per-channel (mean, std) applied after to_tensor, if any.
@@ -243,36 +134,22 @@ pub struct Scratch {
     params: SampleParams,
 }
 
-/// `torch.rand(1) < p`.
-fn coin(rng: &mut SplitMix64, p: f64) -> bool {
-    rand::Rng::random::<f64>(rng) < p
-}
-
 impl Pipeline {
     /// Compile validated specs for inputs of `input`'s shape.
     pub fn new(specs: &[TransformSpec], seed: u64, input: ImageShape) -> Self {
         let output = chain_output(specs, input);
         let normalize = specs.iter().find_map(|spec| match spec {
-            // One pair per channel (checked at validate time); a single pair applies to every
-            // channel, as a one-element torch tensor broadcasts.
-            TransformSpec::Normalize(n) => Some(
-                (0..output.channels)
-                    .map(|c| {
-                        let at = |v: &[f64], d: f64| v.get(c).or(v.first()).copied().unwrap_or(d);
-                        (at(&n.mean, 0.0) as f32, at(&n.std, 1.0) as f32)
-                    })
-                    .collect(),
-            ),
+            TransformSpec::Normalize(n) => Some(n.per_channel(output.channels)),
             _ => None,
         });
+        let (op_names, ops) = specs
+            .iter()
+            .filter_map(|s| Some((s.op_name(), Arc::from(s.op().compile()?))))
+            .unzip();
         Pipeline {
             specs: specs.to_vec(),
-            ops: specs.iter().filter_map(PixelOp::compile).collect(),
-            op_names: specs
-                .iter()
-                .filter(|s| PixelOp::compile(s).is_some())
-                .map(TransformSpec::op_name)
-                .collect(),
+            ops,
+            op_names,
             normalize,
             seed,
             input,
@@ -335,19 +212,8 @@ impl Pipeline {
     /// ([`crate::data::Dataset::read_region`]) and [`Pipeline::apply_staged`] draws the same
     /// box from it.
     pub fn leading_crop(&self, input: ImageShape, epoch: u64, index: u64) -> Option<CropBox> {
-        match self.ops.first()? {
-            PixelOp::RandomResizedCrop { scale, ratio, .. } => {
-                let mut rng = sample_rng(self.seed, epoch, index);
-                Some(sample_crop(
-                    &mut rng,
-                    input.width,
-                    input.height,
-                    *scale,
-                    *ratio,
-                ))
-            }
-            _ => None,
-        }
+        let crop = self.ops.first()?.as_resized_crop()?;
+        Some(crop.draw_box(&mut sample_rng(self.seed, epoch, index), input))
     }
 
     /// The pixel ops on `src`, leaving the result in `scratch.a` and the parameters drawn in
@@ -372,13 +238,16 @@ impl Pipeline {
             scratch.a.clear();
             scratch.a.extend_from_slice(&src[..shape.len()]);
         }
-        for (i, (op, name)) in self.ops.iter().zip(&self.op_names).enumerate() {
+        for (i, op) in self.ops.iter().enumerate() {
             // The span opens before the clock starts and closes after it stops.
-            let _span = observe.traced.then(|| spans::stage_span(name).entered());
+            let _span = observe.traced.then(|| op.span().entered());
             let start = observe.ns.is_some().then(Instant::now);
             shape = match (i, region) {
-                (0, Some(region)) => resize_region(op, src, input, region, &mut rng, scratch),
-                _ => apply_op(op, shape, &mut rng, scratch),
+                (0, Some(region)) => op
+                    .as_resized_crop()
+                    .expect("a region is read only for a leading RandomResizedCrop")
+                    .apply_region(src, input, region, &mut rng, scratch),
+                _ => op.apply(shape, &mut rng, scratch),
             };
             observe.add(i, start);
         }
@@ -493,119 +362,6 @@ impl Observe<'_> {
     }
 }
 
-/// Apply one op to `scratch.a` (of `shape`), leaving the result in `scratch.a`; returns the new
-/// shape. Ops that write a new image write into `scratch.b` and swap.
-fn apply_op(
-    op: &PixelOp,
-    shape: ImageShape,
-    rng: &mut SplitMix64,
-    scratch: &mut Scratch,
-) -> ImageShape {
-    let Scratch {
-        a,
-        b,
-        grey,
-        resize,
-        params,
-    } = scratch;
-    let (w, h, plane) = (shape.width, shape.height, shape.plane());
-    let out = match op {
-        PixelOp::RandomResizedCrop { size, scale, ratio } => {
-            let cb = draw_crop(rng, shape, *scale, *ratio, params);
-            resize_planes(a, shape, cb, *size, b, resize)
-        }
-        PixelOp::Resize { size, max_size } => {
-            let to = resize_output(h, w, *size, *max_size);
-            resize_planes(a, shape, CropBox::whole(shape), to, b, resize)
-        }
-        PixelOp::Rotate { degrees, fill } => {
-            let angle = uniform(rng, -degrees, *degrees);
-            b.resize(shape.len(), 0);
-            // Slack after the image lets the rotation gather 4 bytes at a time.
-            a.resize(shape.len() + 3, 0);
-            for c in 0..shape.channels {
-                let dst = &mut b[c * plane..][..plane];
-                rotate_nearest(&a[c * plane..], w, h, angle, *fill, dst);
-            }
-            params.ops.push(OpParams::RandomRotation { angle });
-            shape
-        }
-        PixelOp::Flip { p, vertical } => {
-            let flipped = coin(rng, *p);
-            params.ops.push(if *vertical {
-                OpParams::RandomVerticalFlip { flipped }
-            } else {
-                OpParams::RandomHorizontalFlip { flipped }
-            });
-            if !flipped {
-                return shape;
-            }
-            b.resize(shape.len(), 0);
-            if *vertical {
-                flip_vertical(a, shape, b);
-            } else {
-                flip_horizontal(a, shape, b);
-            }
-            shape
-        }
-        PixelOp::CenterCrop { size } => {
-            let (padding, top, left) = center_crop_geometry(shape, size.0, size.1);
-            let padded = pad_into(a, b, shape, padding, PadMode::Constant, 0);
-            crop_into(a, b, padded, top, left, *size)
-        }
-        PixelOp::RandomCrop {
-            size,
-            padding,
-            pad_if_needed,
-            fill,
-            mode,
-        } => {
-            let mut padded = pad_into(a, b, shape, *padding, *mode, *fill);
-            if *pad_if_needed {
-                // torchvision pads both sides by the whole shortfall.
-                let grow_w = size.1.saturating_sub(padded.width);
-                let grow_h = size.0.saturating_sub(padded.height);
-                let more = Padding {
-                    left: grow_w,
-                    right: grow_w,
-                    top: grow_h,
-                    bottom: grow_h,
-                };
-                padded = pad_into(a, b, padded, more, *mode, *fill);
-            }
-            let (th, tw) = *size;
-            let (top, left) = if padded.height == th && padded.width == tw {
-                (0, 0)
-            } else {
-                let top = rand::Rng::random_range(rng, 0..=padded.height - th);
-                let left = rand::Rng::random_range(rng, 0..=padded.width - tw);
-                (top, left)
-            };
-            params.ops.push(OpParams::RandomCrop { top, left });
-            crop_into(a, b, padded, top, left, *size)
-        }
-        PixelOp::ColorJitter { ranges } => {
-            jitter(a, shape, ranges, rng, grey, params);
-            return shape;
-        }
-        PixelOp::Grayscale { channels } => to_grey(a, b, grey, shape, *channels),
-        PixelOp::RandomGrayscale { p } => {
-            let applied = coin(rng, *p);
-            params.ops.push(OpParams::RandomGrayscale { applied });
-            if !applied {
-                return shape;
-            }
-            to_grey(a, b, grey, shape, shape.channels)
-        }
-        PixelOp::CpuWork { ns } => {
-            burn_cpu(*ns);
-            return shape;
-        }
-    };
-    std::mem::swap(a, b);
-    out
-}
-
 /// This thread's CPU time in ns (not wall time: a preempted worker does not count as working).
 pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -622,189 +378,11 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Spin until this thread has used `ns` more ns of CPU time.
-fn burn_cpu(ns: u64) {
-    if ns == 0 {
-        return;
-    }
-    let start = thread_cpu_ns();
-    let mut x = 0u64;
-    while thread_cpu_ns().saturating_sub(start) < ns {
-        // Some register work between clock reads; black_box keeps it from being removed.
-        for _ in 0..64 {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
-    }
-}
-
-/// RandomResizedCrop's box for an image of `shape`, recorded in `params`.
-fn draw_crop(
-    rng: &mut SplitMix64,
-    shape: ImageShape,
-    scale: [f64; 2],
-    ratio: [f64; 2],
-    params: &mut SampleParams,
-) -> CropBox {
-    let cb = sample_crop(rng, shape.width, shape.height, scale, ratio);
-    params.ops.push(OpParams::RandomResizedCrop {
-        top: cb.top,
-        left: cb.left,
-        height: cb.height,
-        width: cb.width,
-    });
-    cb
-}
-
-/// The first op, a RandomResizedCrop, on `src`: only the crop `region` of an `input`-shaped
-/// image. It draws its box as on the whole image (the same random numbers; the box is
-/// `region`, see [`Pipeline::leading_crop`]) and resizes `src` whole into `scratch.a`.
-fn resize_region(
-    op: &PixelOp,
-    src: &[u8],
-    input: ImageShape,
-    region: CropBox,
-    rng: &mut SplitMix64,
-    scratch: &mut Scratch,
-) -> ImageShape {
-    let PixelOp::RandomResizedCrop { size, scale, ratio } = op else {
-        unreachable!("a region is read only for a leading RandomResizedCrop")
-    };
-    let cb = draw_crop(rng, input, *scale, *ratio, &mut scratch.params);
-    assert_eq!(
-        cb, region,
-        "the region read is not the crop this sample draws"
-    );
-    let cropped = input.with_size(cb.height, cb.width);
-    resize_planes(
-        src,
-        cropped,
-        CropBox::whole(cropped),
-        *size,
-        &mut scratch.a,
-        &mut scratch.resize,
-    )
-}
-
-/// Crop `cb` of every plane of `src` and resize it to `size` (height, width) into `dst`.
-fn resize_planes(
-    src: &[u8],
-    shape: ImageShape,
-    cb: CropBox,
-    (oh, ow): (usize, usize),
-    dst: &mut Vec<u8>,
-    resize: &mut ResizeScratch,
-) -> ImageShape {
-    let out = shape.with_size(oh, ow);
-    dst.resize(out.len(), 0);
-    for c in 0..shape.channels {
-        let plane = &mut dst[c * out.plane()..][..out.plane()];
-        crop_resize(
-            &src[c * shape.plane()..],
-            shape.width,
-            cb,
-            ow,
-            oh,
-            plane,
-            resize,
-        );
-    }
-    out
-}
-
-/// Pad `a` in place (through `b`); returns the padded shape. No padding: no copy.
-fn pad_into(
-    a: &mut Vec<u8>,
-    b: &mut Vec<u8>,
-    shape: ImageShape,
-    padding: Padding,
-    mode: PadMode,
-    fill: u8,
-) -> ImageShape {
-    if padding.is_zero() {
-        return shape;
-    }
-    let out = padding.apply_to(shape);
-    b.resize(out.len(), 0);
-    pad(a, shape, padding, mode, fill, b);
-    std::mem::swap(a, b);
-    out
-}
-
-/// The `size` window at (top, left) of `a` into `b`.
-fn crop_into(
-    a: &[u8],
-    b: &mut Vec<u8>,
-    shape: ImageShape,
-    top: usize,
-    left: usize,
-    (height, width): (usize, usize),
-) -> ImageShape {
-    let out = shape.with_size(height, width);
-    b.resize(out.len(), 0);
-    crop(a, shape, top, left, height, width, b);
-    out
-}
-
-/// `convert("L")` into `b`, repeated to `channels` planes.
-fn to_grey(
-    a: &[u8],
-    b: &mut Vec<u8>,
-    grey: &mut Vec<u8>,
-    shape: ImageShape,
-    channels: usize,
-) -> ImageShape {
-    let out = shape.with_channels(channels);
-    grey.resize(shape.plane(), 0);
-    grey_plane(a, shape, grey);
-    b.clear();
-    for _ in 0..channels {
-        b.extend_from_slice(grey);
-    }
-    out
-}
-
-/// torchvision's ColorJitter: `fn_idx = randperm(4)`, then each enabled factor drawn in the
-/// order brightness, contrast, saturation, hue, then the adjustments applied in `fn_idx` order.
-fn jitter(
-    image: &mut [u8],
-    shape: ImageShape,
-    ranges: &[Option<[f64; 2]>; 4],
-    rng: &mut SplitMix64,
-    grey: &mut Vec<u8>,
-    params: &mut SampleParams,
-) {
-    let mut order = [0usize, 1, 2, 3];
-    order.shuffle(rng);
-    let factors: Vec<Option<f64>> = ranges
-        .iter()
-        .map(|r| r.map(|[lo, hi]| uniform(rng, lo, hi)))
-        .collect();
-    for &k in &order {
-        let Some(f) = factors[k] else { continue };
-        match k {
-            0 => brightness(&mut image[..shape.len()], f),
-            1 => contrast(image, shape, f, grey),
-            2 => saturation(image, shape, f, grey),
-            _ => hue(image, shape, f),
-        }
-    }
-    params.ops.push(OpParams::ColorJitter {
-        order: order
-            .iter()
-            .filter(|&&k| factors[k].is_some())
-            .map(|&k| JITTER_NAMES[k].to_string())
-            .collect(),
-        brightness: factors[0],
-        contrast: factors[1],
-        saturation: factors[2],
-        hue: factors[3],
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{CpuWorkSpec, seed_transforms};
+    use crate::config::seed_transforms;
+    use crate::transforms::ops::CpuWorkSpec;
 
     #[test]
     fn cpu_work_burns_its_cpu_time_and_changes_no_pixel() {
