@@ -3,6 +3,7 @@
 //! alone (see [`crate::analysis`]), so `loaderlab report <dir>` and the end of a run share it.
 
 pub mod charts;
+mod diagnosis;
 mod markdown;
 mod table;
 mod verdict;

@@ -10,7 +10,7 @@ use super::ChartData;
 use super::style::{
     DrawResult, LABEL, Mark, TITLE, color, e, legend, mesh, plain, with_legend_panel,
 };
-use crate::analysis::ModelScale;
+use crate::analysis::{ModelScale, ScalePoint};
 
 /// Every worker count of the groups, ascending.
 fn worker_counts(m: &ModelScale) -> Vec<u64> {
@@ -40,16 +40,41 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
     let lo = xs.iter().copied().fold(f64::INFINITY, f64::min).min(1e6) / 1.5;
     let hi = xs.iter().copied().fold(0.0, f64::max).max(lo * 2.0) * 1.5;
     let counts = worker_counts(m);
-    let series = |w: u64| -> Vec<(f64, &crate::analysis::ScalePoint)> {
-        m.groups
-            .iter()
-            .filter_map(|g| {
-                let p = g.points.iter().find(|p| p.workers == w)?;
-                (g.compute_ms > 0.0).then_some((g.compute_ms, p))
-            })
-            .collect()
-    };
+    draw_waits(&top_area, m, (lo, hi), &counts)?;
+    draw_speedups(&bottom_area, m, (lo, hi), &counts)?;
+    let mut entries: Vec<(Mark, String)> = counts
+        .iter()
+        .enumerate()
+        .map(|(k, w)| (Mark::Line(color(k).mix(1.0)), format!("workers={w}")))
+        .collect();
+    entries.push((Mark::Whisker, "95 % CI of the speed-up".into()));
+    for g in &m.groups {
+        entries.push((
+            Mark::Dot(BLACK.mix(0.0)),
+            format!("{}: {} ms", g.label, plain(&g.compute_ms)),
+        ));
+    }
+    legend(&panel, &entries)
+}
 
+/// The points of the `w`-workers line: (compute ms, point) of every group that measured it.
+fn series(m: &ModelScale, w: u64) -> Vec<(f64, &ScalePoint)> {
+    m.groups
+        .iter()
+        .filter_map(|g| {
+            let p = g.points.iter().find(|p| p.workers == w)?;
+            (g.compute_ms > 0.0).then_some((g.compute_ms, p))
+        })
+        .collect()
+}
+
+/// Top: the waiting share per worker count, each model setting named at its point.
+fn draw_waits<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    m: &ModelScale,
+    (lo, hi): (f64, f64),
+    counts: &[u64],
+) -> DrawResult {
     let wait_top = m
         .groups
         .iter()
@@ -57,7 +82,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .filter(|v| v.is_finite())
         .fold(1.0, f64::max)
         * 1.1;
-    let mut top = ChartBuilder::on(&top_area)
+    let mut top = ChartBuilder::on(area)
         .caption("Model compute against workers", TITLE)
         .margin(12)
         .x_label_area_size(36)
@@ -72,7 +97,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .draw()
         .map_err(e)?;
     for (k, w) in counts.iter().enumerate() {
-        let pts: Vec<(f64, f64)> = series(*w)
+        let pts: Vec<(f64, f64)> = series(m, *w)
             .iter()
             .map(|(x, p)| (*x, p.wait_share * 100.0))
             .collect();
@@ -106,6 +131,16 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
             )
         });
     top.draw_series(labels).map_err(e)?;
+    Ok(())
+}
+
+/// Bottom: the speed-up over the fewest workers per worker count, with its 95 % CI.
+fn draw_speedups<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    m: &ModelScale,
+    (lo, hi): (f64, f64),
+    counts: &[u64],
+) -> DrawResult {
     let ratios: Vec<f64> = m
         .groups
         .iter()
@@ -115,7 +150,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .collect();
     let r_lo = ratios.iter().copied().fold(1.0, f64::min) * 0.9;
     let r_hi = ratios.iter().copied().fold(1.0, f64::max) * 1.1;
-    let mut bottom = ChartBuilder::on(&bottom_area)
+    let mut bottom = ChartBuilder::on(area)
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
@@ -142,7 +177,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         )])
         .map_err(e)?;
     for (k, w) in counts.iter().enumerate() {
-        let pts: Vec<(f64, &crate::analysis::Estimate)> = series(*w)
+        let pts: Vec<(f64, &crate::analysis::Estimate)> = series(m, *w)
             .into_iter()
             .filter_map(|(x, p)| Some((x, p.speedup.as_ref()?)))
             .collect();
@@ -172,17 +207,5 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
             )
             .map_err(e)?;
     }
-    let mut entries: Vec<(Mark, String)> = counts
-        .iter()
-        .enumerate()
-        .map(|(k, w)| (Mark::Line(color(k).mix(1.0)), format!("workers={w}")))
-        .collect();
-    entries.push((Mark::Whisker, "95 % CI of the speed-up".into()));
-    for g in &m.groups {
-        entries.push((
-            Mark::Dot(BLACK.mix(0.0)),
-            format!("{}: {} ms", g.label, plain(&g.compute_ms)),
-        ));
-    }
-    legend(&panel, &entries)
+    Ok(())
 }

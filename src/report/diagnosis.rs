@@ -1,0 +1,280 @@
+//! The report's sections on where the time goes and what to change: the headroom ceiling, the
+//! model-compute crossover, the profiled runs and their stage costs, and `tune`'s search.
+//! Like the rest of the report, they render what analysis computed and judged.
+
+use std::fmt::Write as _;
+
+use super::table::{Align, Table};
+use crate::analysis::Analysis;
+use crate::format::{ms, pct, rate, ratio, thousands};
+use crate::results::Raw;
+
+use Align::{Left, Right};
+
+/// Per condition: measured img/s beside the ceiling if data were free, and the waiting share's
+/// bound beside the speed-up actually measured; then the worker prediction.
+pub(super) fn headroom(a: &Analysis) -> String {
+    if a.conditions.iter().all(|c| c.headroom.is_none()) {
+        return String::new();
+    }
+    let mut t = Table::new([
+        ("condition".to_string(), Left),
+        ("img/s (median)".into(), Right),
+        ("ceiling if data were free, img/s".into(), Right),
+        ("share of the ceiling".into(), Right),
+        ("step without waiting, ms".into(), Right),
+        ("bound 1 / (1 − waiting share)".into(), Right),
+        (format!("speed-up measured vs `{}`", a.baseline), Right),
+    ]);
+    for c in &a.conditions {
+        let h = c.headroom.as_ref();
+        t.row([
+            format!("`{}`", c.condition),
+            rate(c.img_per_s.point),
+            h.map_or("–".into(), |h| rate(h.img_per_s)),
+            h.map_or("–".into(), |h| pct(h.share_of_ceiling)),
+            h.map_or("–".into(), |h| ms(h.step_ms)),
+            ratio(c.speedup_bound),
+            c.speedup
+                .as_ref()
+                .map_or("baseline".into(), |s| ratio(s.ratio.point)),
+        ]);
+    }
+    let mut md = format!(
+        "## Headroom: the throughput if data were free
+
+Each condition's headroom run trains \
+         on batches built once by its loader, copied to the device and replayed, so no loader \
+         work happens in the loop (SPDL's headspace analysis). Its steps are split over the rounds, \
+         each share run after its round's timed runs, so it meets the machine's drift as they do; \
+         it never enters their figures. The bound is the most that removing every wait could \
+         give the condition.\n\n{}\n",
+        t.render()
+    );
+    if let Some(p) = &a.prediction {
+        let _ = writeln!(
+            md,
+            "Workers needed ≈ loader time per batch ÷ step time without waiting = {} ms ÷ {} ms = \
+             {} → **{}**{} (loader time: one batch's build on the stage clocks of `{}`'s profiled \
+             run; step time: its headroom run).\n",
+            ms(p.loader_ms_per_batch),
+            ms(p.step_ms),
+            ms(p.workers_exact),
+            p.workers,
+            match p.cap {
+                Some(cap) => format!(", at most {cap} beside the compute threads on this CPU"),
+                None => String::new(),
+            },
+            p.from
+        );
+    }
+    md
+}
+
+/// The model-compute axis: per group, its compute and each worker count's figures.
+pub(super) fn model_scale(a: &Analysis) -> String {
+    let Some(m) = &a.model_scale else {
+        return String::new();
+    };
+    let mut t = Table::new([
+        ("model setting", Left),
+        ("model", Left),
+        ("compute per step, ms", Right),
+        (
+            "workers: waiting share, speed-up over the fewest (95 % CI)",
+            Left,
+        ),
+    ]);
+    for g in &m.groups {
+        let points: Vec<String> = g
+            .points
+            .iter()
+            .map(|p| {
+                let speed = p.speedup.as_ref().map_or("reference".to_string(), |r| {
+                    format!("{} ({}–{})", ratio(r.point), ratio(r.low), ratio(r.high))
+                });
+                format!("{}: {}, {speed}", p.workers, pct(p.wait_share))
+            })
+            .collect();
+        t.row([
+            format!("`{}`", g.label),
+            g.model.clone().unwrap_or_default(),
+            ms(g.compute_ms),
+            points.join("; "),
+        ]);
+    }
+    format!(
+        "## Model compute against workers\n\nConditions grouped by everything but the worker \
+         count, in order of compute per step (the fewest-workers condition's median).\n\n{}\n",
+        t.render()
+    )
+}
+
+pub(super) fn profiles(raw: &Raw, a: &Analysis) -> String {
+    if a.profiles.is_empty() {
+        return String::new();
+    }
+    let mut md = format!(
+        "## Profiled runs\n\nOne separate run per condition of {} steps after its own warm-up, recorded as a Chrome trace. \
+         Recording adds overhead, so these numbers never enter the speed figures above. Open a file in \
+         [Perfetto](https://ui.perfetto.dev) (\"Open trace file\") or `chrome://tracing`: the training \
+         thread (`main`) shows `batch_wait`, `h2d_transfer` and `forward_backward_adam` for each step, \
+         and each loader worker has its own `loader-worker-N` track with one `build_batch` span per batch.\n\n",
+        raw.plan.experiment.profile_steps
+    );
+    md.push_str(&stages(a));
+    for prof in &a.profiles {
+        let _ = writeln!(
+            md,
+            "**`{}`** — [`{}`]({}) ({} KiB), profiled window {} ms\n",
+            prof.condition,
+            prof.file,
+            prof.file,
+            thousands(prof.bytes.div_ceil(1024) as f64),
+            ms(prof.window_ms)
+        );
+        let mut t = Table::new([
+            ("track", Left),
+            ("span", Left),
+            ("count", Right),
+            ("total, ms", Right),
+            ("mean, ms", Right),
+            ("share of window", Right),
+        ]);
+        // The per-image stage spans are in the stage table above.
+        let listed = |r: &&crate::analysis::SpanRow| {
+            !is_stage(&r.span) || r.span == crate::spans::QUEUE_FULL
+        };
+        for r in prof.rows.iter().filter(listed) {
+            t.row([
+                r.track.clone(),
+                format!("`{}`", r.span),
+                r.count.to_string(),
+                ms(r.total_ms),
+                ms(r.mean_ms),
+                pct(r.share),
+            ]);
+        }
+        let _ = writeln!(md, "{}", t.render());
+    }
+    md
+}
+
+/// `tune`'s search: every trial, why it was tried, each setting's ratio to the trial's best.
+pub(super) fn search(raw: &Raw) -> String {
+    let Some(s) = &raw.search else {
+        return String::new();
+    };
+    let mut md = format!(
+        "## Search (`loaderlab tune`)\n\nTuned `{}` within {}–{}. {}\n\n",
+        s.knob, s.allowed[0], s.allowed[1], s.start
+    );
+    let mut t = Table::new([
+        ("trial", Right),
+        ("why", Left),
+        ("setting", Left),
+        ("img/s (median)", Right),
+        ("waiting share", Right),
+        ("input-bound", Left),
+        ("ratio to the trial's best (95 % CI)", Right),
+    ]);
+    for trial in &s.trials {
+        for (k, x) in trial.settings.iter().enumerate() {
+            t.row([
+                if k == 0 {
+                    trial.trial.to_string()
+                } else {
+                    String::new()
+                },
+                if k == 0 {
+                    format!("{} ([folder]({}))", trial.why, trial.folder)
+                } else {
+                    String::new()
+                },
+                format!("`{}`", x.condition),
+                rate(x.img_per_s),
+                pct(x.wait_share),
+                x.input_bound.word().to_string(),
+                format!(
+                    "{} ({}–{})",
+                    ratio(x.ratio_to_best),
+                    ratio(x.ratio_low),
+                    ratio(x.ratio_high)
+                ),
+            ]);
+        }
+    }
+    let _ = writeln!(md, "{}", t.render());
+    match (s.chosen, &s.tuned_toml) {
+        (Some(v), Some(file)) => {
+            let _ = writeln!(
+                md,
+                "**Chosen: `{} = {v}`**: {} Ready to run: [`{file}`]({file}). The figures below \
+                 are those of the last trial.\n",
+                s.knob, s.reason
+            );
+        }
+        _ => {
+            let _ = writeln!(md, "No setting chosen: {}\n", s.reason);
+        }
+    }
+    if s.interrupted {
+        md.push_str("> The search was interrupted; the trials above are those that finished.\n\n");
+    }
+    md
+}
+
+/// The loader's cost per stage, every profiled condition side by side.
+fn stages(a: &Analysis) -> String {
+    let profiled: Vec<_> = a.profiles.iter().filter(|p| !p.stages.is_empty()).collect();
+    if profiled.is_empty() {
+        return String::new();
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for p in &profiled {
+        for s in &p.stages {
+            if !names.contains(&s.stage.as_str()) {
+                names.push(&s.stage);
+            }
+        }
+    }
+    let mut columns = vec![("stage".to_string(), Left)];
+    columns.extend(
+        profiled
+            .iter()
+            .map(|p| (format!("`{}`: µs per image (share)", p.condition), Right)),
+    );
+    let mut t = Table::new(columns);
+    for name in names {
+        let mut row = vec![format!("`{name}`")];
+        for p in &profiled {
+            row.push(
+                p.stages
+                    .iter()
+                    .find(|s| s.stage == name)
+                    .map_or("–".into(), |s| {
+                        format!("{} ({})", ms(s.us_per_image), pct(s.share))
+                    }),
+            );
+        }
+        t.row(row);
+    }
+    format!(
+        "### Loader stages\n\nWhere the loader's time goes, per image: reading and decoding, \
+         each transform op, `to_tensor` (with `normalize`) into the batch buffer, the batch's \
+         fingerprint, the rest of `build_batch` (`other`), and `queue_full`, the time a worker \
+         sat blocked because every buffer of the loader held a batch waiting to be consumed. Shares \
+         are of the loader's time per batch (the build + `queue_full`). Timed on the monotonic \
+         clock: per-image stages on one image in {}, the rest on every batch. The trace draws \
+         the first image of each batch as spans inside `build_batch`; a span costs about as \
+         much as a whole stage, so the figures never come from spans.\n\n{}\n",
+        crate::spans::STAGE_SAMPLE,
+        t.render()
+    )
+}
+
+/// Every stage span name: the loader's own and the transform ops'.
+fn is_stage(name: &str) -> bool {
+    crate::spans::LOADER_STAGES.contains(&name)
+        || crate::transforms::TransformSpec::ops().contains(&name)
+}
