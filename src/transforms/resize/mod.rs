@@ -9,6 +9,13 @@ use rand::Rng;
 
 use crate::simd::{Avx2, Isa, Portable};
 
+mod avx2;
+mod filter;
+
+use avx2::{hpass3, hpass8, widen};
+pub use filter::ResizeScratch;
+use filter::{PRECISION_BITS, clip8};
+
 /// A crop box in pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CropBox {
@@ -86,148 +93,6 @@ pub fn uniform<R: Rng>(rng: &mut R, low: f64, high: f64) -> f64 {
     low + (high - low) * rng.random::<f64>()
 }
 
-const PRECISION_BITS: u32 = 32 - 8 - 2;
-
-/// The fixed-point filter of one axis: per output, (first input, taps) and `ksize` coefficients.
-#[derive(Debug, Default, Clone)]
-struct Coefficients {
-    ksize: usize,
-    bounds: Vec<(usize, usize)>,
-    coeffs: Vec<i32>,
-    /// The same three-tap filter laid out for a 32-lane row (see [`Lanes32`]), when it fits.
-    lanes: Option<Box<Lanes32>>,
-    /// For filters of at most 8 taps: each output's coefficients padded with zeros to 8, so
-    /// one 8-lane load covers every tap (see [`hpass8_avx2`]); empty otherwise.
-    wide: Vec<i32>,
-}
-
-/// A three-tap filter of at most 32 outputs over at most 29 inputs, as 32 lanes: for tap `t`
-/// and output `x`, the input index `xmin + t` and its coefficient (0 for unused taps and lanes).
-/// A row of input then fits one 32-byte register and each tap is one byte shuffle.
-#[derive(Debug, Clone)]
-struct Lanes32 {
-    index: [[u8; 32]; 3],
-    coeff: [[i32; 32]; 3],
-}
-
-impl Lanes32 {
-    fn new(in_size: usize, c: &Coefficients) -> Option<Box<Lanes32>> {
-        if c.ksize != 3 || c.bounds.len() > 32 || in_size + 3 > 32 {
-            return None;
-        }
-        let mut l = Lanes32 {
-            index: [[31; 32]; 3], // byte 31 of the padded row is always 0
-            coeff: [[0; 32]; 3],
-        };
-        for (x, &(xmin, n)) in c.bounds.iter().enumerate() {
-            for t in 0..n {
-                l.index[t][x] = (xmin + t) as u8;
-                l.coeff[t][x] = c.coeffs[x * 3 + t];
-            }
-        }
-        Some(Box::new(l))
-    }
-}
-
-/// Reusable buffers, and the filters already computed (crop sizes repeat: at most one filter
-/// per (input size, output size) pair).
-#[derive(Debug, Default)]
-pub struct ResizeScratch {
-    /// Filters by (input size, output size); the last one used is checked first.
-    filters: Vec<((usize, usize), Coefficients)>,
-    weights: Vec<f64>,
-    row: Vec<u8>,
-    /// A crop row widened to i32, with 8 zeros after it (for [`hpass8_avx2`]).
-    wide_row: Vec<i32>,
-    temp: Vec<u8>,
-    acc: Vec<i32>,
-}
-
-impl ResizeScratch {
-    /// The filter for (in_size, out_size), taken out of the cache; give it back with `keep`.
-    /// A linear search: a RandomResizedCrop of a 28-pixel image has a few dozen size pairs,
-    /// and hashing the key cost more than the search.
-    fn filter(&mut self, in_size: usize, out_size: usize) -> Coefficients {
-        let key = (in_size, out_size);
-        match self.filters.iter().rposition(|(k, _)| *k == key) {
-            Some(i) => self.filters.swap_remove(i).1,
-            None => {
-                let mut c = Coefficients::default();
-                c.ksize = precompute(
-                    in_size,
-                    out_size,
-                    &mut c.bounds,
-                    &mut c.coeffs,
-                    &mut self.weights,
-                );
-                c.lanes = Lanes32::new(in_size, &c);
-                if c.ksize <= 8 {
-                    c.wide = c
-                        .coeffs
-                        .chunks_exact(c.ksize)
-                        .flat_map(|k| (0..8).map(|t| k.get(t).copied().unwrap_or(0)))
-                        .collect();
-                }
-                c
-            }
-        }
-    }
-
-    fn keep(&mut self, in_size: usize, out_size: usize, c: Coefficients) {
-        self.filters.push(((in_size, out_size), c));
-    }
-}
-
-/// Pillow's `precompute_coeffs` + `normalize_coeffs_8bpc` for the box [0, in_size).
-/// Returns the kernel size; fills `bounds` with (first input, count) per output.
-fn precompute(
-    in_size: usize,
-    out_size: usize,
-    bounds: &mut Vec<(usize, usize)>,
-    coeffs: &mut Vec<i32>,
-    k: &mut Vec<f64>,
-) -> usize {
-    let scale = in_size as f64 / out_size as f64;
-    let filterscale = scale.max(1.0);
-    let support = filterscale; // the triangle filter's support is 1
-    let ksize = support.ceil() as usize * 2 + 1;
-    bounds.clear();
-    coeffs.clear();
-    coeffs.resize(out_size * ksize, 0);
-    k.clear();
-    k.resize(ksize, 0.0);
-    for xx in 0..out_size {
-        let center = (xx as f64 + 0.5) * scale;
-        let ss = 1.0 / filterscale;
-        let xmin = ((center - support + 0.5) as i64).max(0) as usize;
-        let xmax = ((center + support + 0.5) as i64).min(in_size as i64) as usize - xmin;
-        let mut ww = 0.0;
-        for (x, kx) in k.iter_mut().enumerate().take(xmax) {
-            let t = ((x + xmin) as f64 - center + 0.5) * ss;
-            let w = if t.abs() < 1.0 { 1.0 - t.abs() } else { 0.0 };
-            *kx = w;
-            ww += w;
-        }
-        for x in 0..xmax {
-            let w = if ww != 0.0 { k[x] / ww } else { k[x] };
-            let scaled = w * (1u32 << PRECISION_BITS) as f64;
-            coeffs[xx * ksize + x] = if w < 0.0 {
-                (-0.5 + scaled) as i32
-            } else {
-                (0.5 + scaled) as i32
-            };
-        }
-        bounds.push((xmin, xmax));
-    }
-    ksize
-}
-
-/// Pillow's `clip8`: the 8-bit value of a fixed-point accumulator, saturated.
-#[inline]
-fn clip8(v: i32) -> u8 {
-    (v >> PRECISION_BITS).clamp(0, 255) as u8
-}
-
 /// Crop `src` (`src_w` wide) to `b` and resize to `out_w`×`out_h` into `dst`, exactly as
 /// `Image.crop((left, top, left + width, top + height)).resize((out_w, out_h), BILINEAR)`.
 ///
@@ -267,20 +132,6 @@ fn crop_resize_avx2(
     s: &mut ResizeScratch,
 ) {
     crop_resize_impl(avx2, src, src_w, b, out_w, out_h, dst, s)
-}
-
-/// [`hpass3_avx2`] for the holder of the token.
-#[cfg(target_arch = "x86_64")]
-fn hpass3(_: Avx2, row: &[u8; 32], l: &Lanes32, out: &mut [u8; 32]) {
-    // SAFETY: the token exists only where AVX2 was detected.
-    unsafe { hpass3_avx2(row, l, out) }
-}
-
-/// [`hpass8_avx2`] for the holder of the token.
-#[cfg(target_arch = "x86_64")]
-fn hpass8(_: Avx2, row: &[i32], f: &Coefficients, out: &mut [u8]) {
-    // SAFETY: the token exists only where AVX2 was detected.
-    unsafe { hpass8_avx2(row, f, out) }
 }
 
 /// Pillow's pass order (Resample.c since Pillow 12): when the height shrinks by more than twice
@@ -352,140 +203,6 @@ fn crop_resize_vertical_first<I: Isa>(
     }
     s.keep(in_w, out_w, fh);
     s.keep(in_h, out_h, fv);
-}
-
-/// One row of the horizontal three-tap pass on 32 lanes: `row` is the crop row padded with
-/// zeros to 32 bytes, `out` receives 32 bytes (lanes past the output width are 0).
-///
-/// Exactly the scalar arithmetic: each tap's pixels are gathered with byte shuffles (within
-/// 16-byte halves, so from both halves, then blended), widened to i32, multiplied by the i32
-/// coefficients and summed with the rounding bias; `>> 22` then the two saturating packs
-/// (i32 → i16 → u8) are Pillow's `clip8`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn hpass3_avx2(row: &[u8; 32], l: &Lanes32, out: &mut [u8; 32]) {
-    use std::arch::x86_64::*;
-    // SAFETY: (the whole body) unaligned loads and stores of exactly 32 bytes / 8 i32 from arrays
-    // of that size; the rest are register operations available with AVX2.
-    unsafe {
-        let r = _mm256_loadu_si256(row.as_ptr() as *const __m256i);
-        let lo = _mm256_permute2x128_si256::<0x00>(r, r);
-        let hi = _mm256_permute2x128_si256::<0x11>(r, r);
-        let fifteen = _mm256_set1_epi8(15);
-        let mut acc = [_mm256_set1_epi32(1 << (PRECISION_BITS - 1)); 4];
-        for t in 0..3 {
-            let ix = _mm256_loadu_si256(l.index[t].as_ptr() as *const __m256i);
-            let from_hi = _mm256_cmpgt_epi8(ix, fifteen);
-            let g = _mm256_blendv_epi8(
-                _mm256_shuffle_epi8(lo, ix),
-                _mm256_shuffle_epi8(hi, ix),
-                from_hi,
-            );
-            let g_lo = _mm256_castsi256_si128(g);
-            let g_hi = _mm256_extracti128_si256::<1>(g);
-            let px = [
-                _mm256_cvtepu8_epi32(g_lo),
-                _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(g_lo)),
-                _mm256_cvtepu8_epi32(g_hi),
-                _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(g_hi)),
-            ];
-            for q in 0..4 {
-                let k = _mm256_loadu_si256(l.coeff[t][q * 8..].as_ptr() as *const __m256i);
-                acc[q] = _mm256_add_epi32(acc[q], _mm256_mullo_epi32(px[q], k));
-            }
-        }
-        let v: [__m256i; 4] = [
-            _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(acc[0]),
-            _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(acc[1]),
-            _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(acc[2]),
-            _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(acc[3]),
-        ];
-        // The packs work within 128-bit halves: a final permute restores lane order.
-        let w01 = _mm256_packs_epi32(v[0], v[1]);
-        let w23 = _mm256_packs_epi32(v[2], v[3]);
-        let bytes = _mm256_packus_epi16(w01, w23);
-        let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, ordered);
-    }
-}
-
-/// `row` as i32 into `wide`, followed by 8 zeros (the taps an 8-lane load reads past it).
-#[inline(always)]
-fn widen(row: &[u8], wide: &mut Vec<i32>) {
-    wide.clear();
-    wide.extend(row.iter().map(|&p| p as i32));
-    wide.extend([0; 8]);
-}
-
-/// One row of a horizontal pass of at most 8 taps (every downsampling by less than 3.5×, and
-/// upsampling rows too wide for [`hpass3_avx2`]), eight outputs at a time: each output's taps
-/// are one unaligned 8-lane load of the widened row times its zero-padded coefficients, and a
-/// tree of horizontal adds sums the eight products of eight outputs into one register.
-///
-/// Exactly the scalar arithmetic: the same i32 products and bias summed in another order
-/// (integer addition is associative and nothing overflows: 255 × 2²² × the taps' sum ≈ 2³⁰),
-/// then `>> 22` and Pillow's clip to 0–255. `row` is [`widen`]ed (8 zeros past its end, so a
-/// load at any `xmin` stays inside it; the padded coefficients there are 0).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn hpass8_avx2(row: &[i32], f: &Coefficients, out: &mut [u8]) {
-    use std::arch::x86_64::*;
-    let n = out.len();
-    let full = n / 8 * 8;
-    for x0 in (0..full).step_by(8) {
-        let mut p = [_mm256_setzero_si256(); 8];
-        for (j, pj) in p.iter_mut().enumerate() {
-            let (xmin, _) = f.bounds[x0 + j];
-            let taps = &row[xmin..xmin + 8];
-            let k = &f.wide[(x0 + j) * 8..][..8];
-            // SAFETY: unaligned loads of exactly 8 i32 from slices of 8 (checked above).
-            *pj = unsafe {
-                _mm256_mullo_epi32(
-                    _mm256_loadu_si256(taps.as_ptr() as *const __m256i),
-                    _mm256_loadu_si256(k.as_ptr() as *const __m256i),
-                )
-            };
-        }
-        let h01 = _mm256_hadd_epi32(p[0], p[1]);
-        let h23 = _mm256_hadd_epi32(p[2], p[3]);
-        let h45 = _mm256_hadd_epi32(p[4], p[5]);
-        let h67 = _mm256_hadd_epi32(p[6], p[7]);
-        // Per 128-bit half: outputs 0–3 (4–7) summed over their low (high) four taps.
-        let q0 = _mm256_hadd_epi32(h01, h23);
-        let q1 = _mm256_hadd_epi32(h45, h67);
-        let sum = _mm256_add_epi32(
-            _mm256_permute2x128_si256::<0x20>(q0, q1),
-            _mm256_permute2x128_si256::<0x31>(q0, q1),
-        );
-        let v = _mm256_srai_epi32::<{ PRECISION_BITS as i32 }>(_mm256_add_epi32(
-            sum,
-            _mm256_set1_epi32(1 << (PRECISION_BITS - 1)),
-        ));
-        let v = _mm256_min_epi32(
-            _mm256_max_epi32(v, _mm256_setzero_si256()),
-            _mm256_set1_epi32(255),
-        );
-        let words = _mm256_packs_epi32(v, v);
-        let bytes = _mm256_packus_epi16(words, words);
-        let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        let dst = &mut out[x0..x0 + 8];
-        // SAFETY: a store of exactly 8 bytes into a slice of 8.
-        unsafe {
-            _mm_storel_epi64(
-                dst.as_mut_ptr() as *mut __m128i,
-                _mm256_castsi256_si128(ordered),
-            )
-        };
-    }
-    for (x, o) in out.iter_mut().enumerate().skip(full) {
-        let (xmin, taps) = f.bounds[x];
-        let k = &f.coeffs[x * f.ksize..][..taps];
-        let acc = row[xmin..xmin + taps]
-            .iter()
-            .zip(k)
-            .fold(1i32 << (PRECISION_BITS - 1), |acc, (&p, &c)| acc + p * c);
-        *o = clip8(acc);
-    }
 }
 
 /// The crop-and-resize kernel, compiled twice ([`Portable`], and [`Avx2`] inside
