@@ -33,14 +33,43 @@ pub(super) fn loader_rates(
     settings: &Settings,
     repeats: usize,
 ) -> anyhow::Result<LoaderRates> {
+    let batches = batches_per_timing(dataset, pipeline, settings)?;
+    let mut rates = [Vec::new(), Vec::new(), Vec::new()]; // the loader at 0, 1, 2 workers
+    let mut alone = [Vec::new(), Vec::new()]; // independent builders on 1, 2 threads
+    let mut woken = Vec::new(); // on 2 threads, waking a consumer
+    let mut arithmetic = [Vec::new(), Vec::new()]; // the cores alone, on 1, 2 threads
+    for r in 0..repeats {
+        for case in Case::order(r as u64) {
+            let rate = case.measure(dataset, pipeline, settings, batches)?;
+            match case {
+                Case::Workers { workers } => rates[workers].push(rate),
+                Case::Alone { threads } => alone[threads - 1].push(rate),
+                Case::Woken => woken.push(rate),
+                Case::Arithmetic { threads } => arithmetic[threads - 1].push(rate),
+            }
+        }
+    }
+    Ok(LoaderRates {
+        rates,
+        alone,
+        woken,
+        arithmetic,
+    })
+}
+
+/// Batches per timing: ≈ 65,536 images (0.1–0.3 s), for the same reason as the chain's. Each
+/// repetition also builds the same batches on one and on two threads that hand nothing over
+/// (`independent_rate`): the machine's own ceiling for the speed-up. Within a repetition the
+/// figures of each ratio are measured close together, in an order drawn per repetition
+/// ([`Case::order`]), because this machine's speed drifts by tens of percent within a minute;
+/// each speed-up is the median of per-repetition ratios. A costly pipeline (decoding large
+/// images) gets fewer: about 2 s of building per timing.
+fn batches_per_timing(
+    dataset: &Arc<dyn Dataset>,
+    pipeline: &Arc<Pipeline>,
+    settings: &Settings,
+) -> anyhow::Result<u64> {
     let batch = settings.loader.batch_size as usize;
-    // ≈ 65,536 images per repetition (0.1–0.3 s), for the same reason. Each repetition also
-    // builds the same batches on one and on two threads that hand nothing over
-    // (`independent_rate`): the machine's own ceiling for the speed-up. Within a repetition the
-    // figures of each ratio are measured close together, in an order drawn per repetition
-    // (below), because this machine's speed drifts by tens of percent within a minute; each
-    // speed-up is the median of per-repetition ratios.
-    // A costly pipeline (decoding large images) gets fewer: about 2 s of building per timing.
     let mut probe = BatchBuilder::new(
         Arc::clone(dataset),
         Arc::clone(pipeline),
@@ -52,34 +81,35 @@ pub(super) fn loader_rates(
     probe.build(0, 1, &mut b)?;
     let per_batch = t.elapsed().as_secs_f64().max(1e-6);
     let by_time = (2.0 / per_batch) as usize;
-    let batches = (65_536 / batch).min(by_time).clamp(8, 1024) as u64;
-    // What one timing in a repetition measures: the loader, or the independent builders.
-    #[derive(Clone, Copy)]
-    enum Case {
-        Workers {
-            workers: usize,
-        },
-        Alone {
-            threads: usize,
-        },
-        /// Two builders and a consumer they wake per batch.
-        Woken,
-        Arithmetic {
-            threads: usize,
-        },
-    }
-    use Case::{Alone, Arithmetic, Woken, Workers};
-    let mut rates = [Vec::new(), Vec::new(), Vec::new()]; // the loader at 0, 1, 2 workers
-    let mut alone = [Vec::new(), Vec::new()]; // independent builders on 1, 2 threads
-    let mut woken = Vec::new(); // on 2 threads, waking a consumer
-    let mut arithmetic = [Vec::new(), Vec::new()]; // the cores alone, on 1, 2 threads
-    for r in 0..repeats {
-        // The four timings of the loader's share of its ceiling (workers 0 and 2, 1 and 2
-        // threads without hand-off) back to back, so the least drift falls between them; their
-        // order, and whether they come before or after the other four, drawn afresh each
-        // repetition (seeded), so no figure always follows the same one: with a fixed order
-        // (each repetition reversing the last) the share moved by about 3 % with the order.
-        let mut rng = ChaCha8Rng::seed_from_u64(r as u64);
+    Ok((65_536 / batch).min(by_time).clamp(8, 1024) as u64)
+}
+
+/// What one timing in a repetition measures: the loader, or the independent builders.
+#[derive(Clone, Copy)]
+enum Case {
+    Workers {
+        workers: usize,
+    },
+    Alone {
+        threads: usize,
+    },
+    /// Two builders and a consumer they wake per batch.
+    Woken,
+    Arithmetic {
+        threads: usize,
+    },
+}
+
+impl Case {
+    /// Repetition `r`'s timings. The four timings of the loader's share of its ceiling
+    /// (workers 0 and 2, 1 and 2 threads without hand-off) back to back, so the least drift
+    /// falls between them; their order, and whether they come before or after the other four,
+    /// drawn afresh each repetition (seeded), so no figure always follows the same one: with a
+    /// fixed order (each repetition reversing the last) the share moved by about 3 % with the
+    /// order.
+    fn order(r: u64) -> Vec<Case> {
+        use Case::{Alone, Arithmetic, Woken, Workers};
+        let mut rng = ChaCha8Rng::seed_from_u64(r);
         let mut share = [
             Workers { workers: 0 },
             Workers { workers: 2 },
@@ -98,58 +128,66 @@ pub(super) fn loader_rates(
         if rng.random_bool(0.5) {
             order.rotate_left(4);
         }
-        for case in order {
-            let mut cfg = LoaderConfig::from_settings(settings);
-            match case {
-                Arithmetic { threads } => arithmetic[threads - 1].push(arithmetic_rate(threads)),
-                Alone { threads } => {
-                    // As workers = 0 (one thread, one buffer) and as workers = 2 (two
-                    // threads, prefetch_factor buffers each).
-                    let buffers = if threads == 1 { 1 } else { cfg.prefetch_factor };
-                    alone[threads - 1].push(independent_rate(
-                        Arc::clone(dataset),
-                        Arc::clone(pipeline),
-                        cfg,
-                        threads,
-                        buffers,
-                        batches,
-                        false,
-                    )?);
-                }
-                Woken => woken.push(independent_rate(
+        order
+    }
+
+    /// One timing: img/s (rounds/s for arithmetic).
+    fn measure(
+        self,
+        dataset: &Arc<dyn Dataset>,
+        pipeline: &Arc<Pipeline>,
+        settings: &Settings,
+        batches: u64,
+    ) -> anyhow::Result<f64> {
+        let mut cfg = LoaderConfig::from_settings(settings);
+        Ok(match self {
+            Case::Arithmetic { threads } => arithmetic_rate(threads),
+            Case::Alone { threads } => {
+                // As workers = 0 (one thread, its buffers) and as workers = 2 (two threads,
+                // the loader's buffers shared out between them).
+                cfg.workers = if threads == 1 { 0 } else { threads };
+                let buffers = cfg.buffers(false) / threads;
+                independent_rate(
                     Arc::clone(dataset),
                     Arc::clone(pipeline),
-                    cfg.clone(),
+                    cfg,
+                    threads,
+                    buffers,
+                    batches,
+                    false,
+                )?
+            }
+            Case::Woken => {
+                cfg.workers = 2;
+                let buffers = cfg.buffers(false) / 2;
+                independent_rate(
+                    Arc::clone(dataset),
+                    Arc::clone(pipeline),
+                    cfg,
                     2,
-                    cfg.prefetch_factor,
+                    buffers,
                     batches,
                     true,
-                )?),
-                Workers { workers } => {
-                    cfg.workers = workers;
-                    // Warm-up touches every buffer the loader will cycle through (prefetch ×
-                    // workers, or the one serial buffer): no first-touch page faults are timed.
-                    let warm_up = (cfg.prefetch_factor * workers).max(1) + 1;
-                    let mut loader = Loader::new(Arc::clone(dataset), Arc::clone(pipeline), cfg)?;
-                    for _ in 0..warm_up {
-                        loader.next_batch()?;
-                    }
-                    let t = Instant::now();
-                    let mut images = 0;
-                    for _ in 0..batches {
-                        images += loader.next_batch()?.len;
-                    }
-                    rates[workers].push(images as f64 / t.elapsed().as_secs_f64());
-                }
+                )?
             }
-        }
+            Case::Workers { workers } => {
+                cfg.workers = workers;
+                // Warm-up touches every buffer the loader will cycle through: no first-touch
+                // page faults are timed.
+                let warm_up = cfg.buffers(false) + 1;
+                let mut loader = Loader::new(Arc::clone(dataset), Arc::clone(pipeline), cfg)?;
+                for _ in 0..warm_up {
+                    loader.next_batch()?;
+                }
+                let t = Instant::now();
+                let mut images = 0;
+                for _ in 0..batches {
+                    images += loader.next_batch()?.len;
+                }
+                images as f64 / t.elapsed().as_secs_f64()
+            }
+        })
     }
-    Ok(LoaderRates {
-        rates,
-        alone,
-        woken,
-        arithmetic,
-    })
 }
 
 /// The loader's batch work with the hand-off taken away: `threads` threads each build every

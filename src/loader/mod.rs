@@ -56,6 +56,17 @@ impl LoaderConfig {
             seed: s.experiment.seed,
         }
     }
+
+    /// The batch buffers a loader with these settings cycles through — the one place this is
+    /// derived: `prefetch_factor` per worker (every batch in flight has its own), or on the
+    /// training thread one, two with page-locked memory (the device copies from one while the
+    /// next is built).
+    pub fn buffers(&self, pinned: bool) -> usize {
+        match self.workers {
+            0 => 1 + pinned as usize,
+            n => n * self.prefetch_factor,
+        }
+    }
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -402,7 +413,7 @@ impl Loader {
         let source = Arc::new(Source::new(dataset, pipeline, cfg, memory));
         let batches_per_epoch = Sampler::new(len, &source.cfg).batches_per_epoch;
         let mode = if source.cfg.workers == 0 {
-            let buffers = if source.memory.is_some() { 2 } else { 1 };
+            let buffers = source.cfg.buffers(source.memory.is_some());
             Mode::Serial {
                 builder: Box::new(Builder::new(&source)),
                 buffers: (0..buffers).map(|_| Batch::default()).collect(),

@@ -138,7 +138,7 @@ impl Pool {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 built: BTreeMap::new(),
-                free: (0..n * source.cfg.prefetch_factor)
+                free: (0..source.cfg.buffers(source.memory.is_some()))
                     .map(|_| Batch::default())
                     .collect(),
                 claims: first,
