@@ -96,6 +96,87 @@ fn walk(dir: &Path, out: &mut Vec<(PathBuf, PathBuf)>) -> Result<(), DataError> 
     Ok(())
 }
 
+/// The class folders under `root`, sorted (torchvision's class order), at least one and at
+/// most 256.
+fn class_folders(root: &Path) -> Result<Vec<String>, DataError> {
+    let mut classes = Vec::new();
+    let mut loose = 0usize;
+    for entry in std::fs::read_dir(root).map_err(io(root))? {
+        let entry = entry.map_err(io(root))?;
+        if entry.path().is_dir() {
+            classes.push(entry.file_name().to_string_lossy().into_owned());
+        } else {
+            loose += 1;
+        }
+    }
+    classes.sort();
+    if classes.is_empty() {
+        return Err(DataError::Mismatch(format!(
+            "{}: no class folders found ({loose} loose files); an image folder holds one \
+             folder per class, e.g. {}/cat/001.jpg and {}/dog/001.jpg",
+            root.display(),
+            root.display(),
+            root.display()
+        )));
+    }
+    if classes.len() > 256 {
+        return Err(DataError::Mismatch(format!(
+            "{}: {} class folders; at most 256 classes are supported",
+            root.display(),
+            classes.len()
+        )));
+    }
+    Ok(classes)
+}
+
+/// Every image of every class folder, labelled by the class's index, in torchvision's order;
+/// a class without images, or files torchvision would take but this build cannot decode, are
+/// refused by name.
+fn list_samples(root: &Path, classes: &[String]) -> Result<Vec<(PathBuf, u8)>, DataError> {
+    let mut samples = Vec::new();
+    let mut empty = Vec::new();
+    let mut undecodable = Vec::new();
+    for (label, class) in classes.iter().enumerate() {
+        let mut files = Vec::new();
+        walk(&root.join(class), &mut files)?;
+        let before = samples.len();
+        for (_, f) in files {
+            let ext = extension(&f);
+            if EXTENSIONS.contains(&ext.as_str()) {
+                samples.push((f, label as u8));
+            } else if UNSUPPORTED.contains(&ext.as_str()) {
+                undecodable.push(f);
+            }
+        }
+        if samples.len() == before {
+            empty.push(class.clone());
+        }
+    }
+    if !undecodable.is_empty() {
+        return Err(DataError::Mismatch(format!(
+            "{}: {} files torchvision's ImageFolder would take but this build does not \
+             decode (it reads .{}), e.g. {}; convert them or remove them, so that sample \
+             indices stay torchvision's",
+            root.display(),
+            undecodable.len(),
+            EXTENSIONS.join(" ."),
+            undecodable[0].display()
+        )));
+    }
+    if !empty.is_empty() {
+        return Err(DataError::Mismatch(format!(
+            "{}: no images (.{}) in the class folder{} {}; found {} classes: {}",
+            root.display(),
+            EXTENSIONS.join(" ."),
+            if empty.len() == 1 { "" } else { "s" },
+            empty.join(", "),
+            classes.len(),
+            classes.join(", ")
+        )));
+    }
+    Ok(samples)
+}
+
 impl ImageFolder {
     pub fn open(
         root: &Path,
@@ -111,74 +192,8 @@ impl ImageFolder {
                 super::TRY_SYNTHETIC
             )));
         }
-        let mut classes = Vec::new();
-        let mut loose = 0usize;
-        for entry in std::fs::read_dir(root).map_err(io(root))? {
-            let entry = entry.map_err(io(root))?;
-            if entry.path().is_dir() {
-                classes.push(entry.file_name().to_string_lossy().into_owned());
-            } else {
-                loose += 1;
-            }
-        }
-        classes.sort();
-        if classes.is_empty() {
-            return Err(DataError::Mismatch(format!(
-                "{}: no class folders found ({loose} loose files); an image folder holds one \
-                 folder per class, e.g. {}/cat/001.jpg and {}/dog/001.jpg",
-                root.display(),
-                root.display(),
-                root.display()
-            )));
-        }
-        if classes.len() > 256 {
-            return Err(DataError::Mismatch(format!(
-                "{}: {} class folders; at most 256 classes are supported",
-                root.display(),
-                classes.len()
-            )));
-        }
-        let mut samples = Vec::new();
-        let mut empty = Vec::new();
-        let mut undecodable = Vec::new();
-        for (label, class) in classes.iter().enumerate() {
-            let mut files = Vec::new();
-            walk(&root.join(class), &mut files)?;
-            let before = samples.len();
-            for (_, f) in files {
-                let ext = extension(&f);
-                if EXTENSIONS.contains(&ext.as_str()) {
-                    samples.push((f, label as u8));
-                } else if UNSUPPORTED.contains(&ext.as_str()) {
-                    undecodable.push(f);
-                }
-            }
-            if samples.len() == before {
-                empty.push(class.clone());
-            }
-        }
-        if !undecodable.is_empty() {
-            return Err(DataError::Mismatch(format!(
-                "{}: {} files torchvision's ImageFolder would take but this build does not \
-                 decode (it reads .{}), e.g. {}; convert them or remove them, so that sample \
-                 indices stay torchvision's",
-                root.display(),
-                undecodable.len(),
-                EXTENSIONS.join(" ."),
-                undecodable[0].display()
-            )));
-        }
-        if !empty.is_empty() {
-            return Err(DataError::Mismatch(format!(
-                "{}: no images (.{}) in the class folder{} {}; found {} classes: {}",
-                root.display(),
-                EXTENSIONS.join(" ."),
-                if empty.len() == 1 { "" } else { "s" },
-                empty.join(", "),
-                classes.len(),
-                classes.join(", ")
-            )));
-        }
+        let classes = class_folders(root)?;
+        let samples = list_samples(root, &classes)?;
         let mut folder = ImageFolder {
             root: root.to_path_buf(),
             classes,
@@ -190,27 +205,33 @@ impl ImageFolder {
             decoded: None,
             skipped: AtomicU64::new(0),
         };
+        folder.fill_cache(cache)?;
+        Ok(folder)
+    }
+
+    /// Reads (`encoded`) or decodes (`decoded`) every sample ahead of the runs.
+    fn fill_cache(&mut self, cache: CacheMode) -> Result<(), DataError> {
         match cache {
             CacheMode::None => {}
             CacheMode::Encoded => {
-                let bytes: Result<Vec<Vec<u8>>, DataError> = folder
+                let bytes: Result<Vec<Vec<u8>>, DataError> = self
                     .samples
                     .iter()
                     .map(|(p, _)| std::fs::read(p).map_err(io(p)))
                     .collect();
-                folder.encoded = Some(bytes?);
+                self.encoded = Some(bytes?);
             }
             CacheMode::Decoded => {
-                let mut all = Vec::with_capacity(folder.samples.len());
-                for i in 0..folder.samples.len() {
+                let mut all = Vec::with_capacity(self.samples.len());
+                for i in 0..self.samples.len() {
                     let mut pixels = Vec::new();
-                    let shape = folder.read_or_skip(i, &mut pixels, &|_| None)?.shape;
+                    let shape = self.read_or_skip(i, &mut pixels, &|_| None)?.shape;
                     all.push((shape, pixels));
                 }
-                folder.decoded = Some(all);
+                self.decoded = Some(all);
             }
         }
-        Ok(folder)
+        Ok(())
     }
 
     /// Read and decode (the `region` of) sample `index` from its file or the encoded cache.

@@ -169,74 +169,24 @@ pub fn run(
 
     let mut out = Outputs::create(partial, reporter)?;
     let mut trainers = Trainers::new(exp.base.experiment.seed);
-    let selected: Vec<_> = plan
-        .runs
-        .iter()
-        .filter(|r| {
-            opts.only_runs
-                .as_ref()
-                .is_none_or(|only| only.contains(&r.index))
-        })
-        .collect();
-    let mut interrupted = false;
-    for (at, planned) in selected.iter().enumerate() {
-        if INTERRUPTED.load(Ordering::SeqCst) {
-            interrupted = true;
-            break;
-        }
-        let setup = &prepared[planned.condition_index];
-        let trainer = trainers.get(planned.condition_index, setup)?;
-        let done = timed::run(planned, plan.runs.len(), setup, trainer, &mut out)?;
-        reporter.run_finished(planned, plan.runs.len(), &done.record);
-        if done.interrupted {
-            interrupted = true;
-            break;
-        }
-        let round_ends = selected
-            .get(at + 1)
-            .is_none_or(|next| next.round != planned.round);
-        if round_ends
-            && exp.base.protocol.headroom
-            && !round_headroom(
-                exp,
-                opts,
-                &prepared,
-                &mut trainers,
-                &mut metas,
-                planned.round,
-            )?
-        {
-            interrupted = true;
-            break;
-        }
-    }
+    let mut runs = Runs {
+        exp,
+        opts,
+        prepared: &prepared,
+        trainers: &mut trainers,
+        metas: &mut metas,
+    };
+    let mut interrupted = runs.timed(plan, &mut out)?;
     if !interrupted && exp.base.protocol.headroom {
         for (i, c) in exp.conditions.iter().enumerate() {
-            if let Some(record) = &metas[i].headroom {
+            if let Some(record) = &runs.metas[i].headroom {
                 reporter.headroom(&c.name, record);
             }
         }
     }
-
     // Profiled runs: separate, short, traced; never part of the speed figures.
     if !interrupted && exp.base.protocol.profile {
-        let profiled = exp
-            .conditions
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| opts.profiles(*i));
-        for (i, c) in profiled {
-            if INTERRUPTED.load(Ordering::SeqCst) {
-                interrupted = true;
-                break;
-            }
-            let trainer = trainers.get(i, &prepared[i])?;
-            let done = profiled::run(&c.name, &prepared[i], trainer, &out)?;
-            reporter.profiled(&c.name, &done.trace);
-            metas[i].trace = Some(done.trace);
-            metas[i].profile_startup_ms = Some(done.startup_ms);
-            metas[i].stages = done.stages;
-        }
+        interrupted = runs.profiled(&out)?;
     }
 
     let mut warnings = warnings;
@@ -269,6 +219,85 @@ pub fn run(
         });
     }
     Ok(meta)
+}
+
+/// What the runs of one `run` share: the experiment, the conditions' set-ups, their trainers
+/// and the metadata they fill in.
+struct Runs<'a> {
+    exp: &'a Experiment,
+    opts: &'a RunOptions,
+    prepared: &'a [Setup],
+    trainers: &'a mut Trainers,
+    metas: &'a mut Vec<ConditionMeta>,
+}
+
+impl Runs<'_> {
+    /// The timed runs this process was given, in plan order, each round ending with its
+    /// headroom share; true when interrupted.
+    fn timed(&mut self, plan: &Plan, out: &mut Outputs) -> Result<bool, RunError> {
+        let selected: Vec<_> = plan
+            .runs
+            .iter()
+            .filter(|r| {
+                self.opts
+                    .only_runs
+                    .as_ref()
+                    .is_none_or(|only| only.contains(&r.index))
+            })
+            .collect();
+        for (at, planned) in selected.iter().enumerate() {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                return Ok(true);
+            }
+            let setup = &self.prepared[planned.condition_index];
+            let trainer = self.trainers.get(planned.condition_index, setup)?;
+            let done = timed::run(planned, plan.runs.len(), setup, trainer, out)?;
+            out.reporter
+                .run_finished(planned, plan.runs.len(), &done.record);
+            if done.interrupted {
+                return Ok(true);
+            }
+            let round_ends = selected
+                .get(at + 1)
+                .is_none_or(|next| next.round != planned.round);
+            if round_ends
+                && self.exp.base.protocol.headroom
+                && !round_headroom(
+                    self.exp,
+                    self.opts,
+                    self.prepared,
+                    self.trainers,
+                    self.metas,
+                    planned.round,
+                )?
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The profiled runs of the conditions this process profiles; true when interrupted.
+    fn profiled(&mut self, out: &Outputs) -> Result<bool, RunError> {
+        let profiled = self
+            .exp
+            .conditions
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.opts.profiles(*i));
+        for (i, c) in profiled {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                return Ok(true);
+            }
+            let trainer = self.trainers.get(i, &self.prepared[i])?;
+            let done = profiled::run(&c.name, &self.prepared[i], trainer, out)?;
+            out.reporter.profiled(&c.name, &done.trace);
+            self.metas[i].trace = Some(done.trace);
+            self.metas[i].profile_startup_ms = Some(done.startup_ms);
+            self.metas[i].stages = done.stages;
+        }
+        Ok(false)
+    }
 }
 
 /// Headroom runs (batches already on the device, no loader in the loop; never part of the

@@ -144,6 +144,51 @@ impl Climb<'_> {
         }
     }
 
+    /// Where the climb starts: for workers the probe's prediction (after a probe trial at 0
+    /// workers), otherwise the file's value; sets the allowed range and says why.
+    fn start(&mut self, base: &Settings, limits: Limits) -> Result<u64, TuneError> {
+        let knob = self.knob;
+        let current = knob.get(base);
+        let mut center = current;
+        if knob == Knob::Workers {
+            let why = "probe: 0 workers with a profiled and a headroom run, for the prediction";
+            if self.trial(&[0], why.into(), true)? {
+                let hi = workers_cap(limits, self.last());
+                self.search.allowed = [0, hi];
+                self.search.start = match &self.last().prediction {
+                    Some(p) => {
+                        center = p.workers.min(hi);
+                        format!(
+                            "Started from the prediction: {} ms of loader work per batch ÷ a {} \
+                             ms step without waiting ≈ {} workers → {center}.",
+                            format::ms(p.loader_ms_per_batch),
+                            format::ms(p.step_ms),
+                            format::ms(p.workers_exact)
+                        )
+                    }
+                    None => {
+                        center = current.min(hi).max(1);
+                        format!(
+                            "No prediction (the probe had no profiled build or headroom run); \
+                             started from {center}."
+                        )
+                    }
+                };
+            }
+        } else {
+            self.search.allowed = match knob {
+                Knob::PrefetchFactor => [1, 8],
+                _ => [1, limits.cores.left_beside(base.loader.workers)],
+            };
+            if knob == Knob::Threads {
+                center = limits.cores.compute_threads(center) as u64;
+            }
+            center = center.clamp(self.search.allowed[0], self.search.allowed[1]);
+            self.search.start = format!("Started from the file's value, {center}.");
+        }
+        Ok(center)
+    }
+
     fn last(&self) -> &Measured {
         self.last.as_ref().expect("a trial was measured")
     }
@@ -175,49 +220,12 @@ pub fn search(
         last: None,
     };
 
-    // Where to start.
-    let current = knob.get(base);
-    let mut center = current;
-    if knob == Knob::Workers {
-        let why = "probe: 0 workers with a profiled and a headroom run, for the prediction";
-        if c.trial(&[0], why.into(), true)? {
-            let hi = workers_cap(limits, c.last());
-            c.search.allowed = [0, hi];
-            c.search.start = match &c.last().prediction {
-                Some(p) => {
-                    center = p.workers.min(hi);
-                    format!(
-                        "Started from the prediction: {} ms of loader work per batch ÷ a {} ms \
-                         step without waiting ≈ {} workers → {center}.",
-                        format::ms(p.loader_ms_per_batch),
-                        format::ms(p.step_ms),
-                        format::ms(p.workers_exact)
-                    )
-                }
-                None => {
-                    center = current.min(hi).max(1);
-                    format!(
-                        "No prediction (the probe had no profiled build or headroom run); \
-                         started from {center}."
-                    )
-                }
-            };
-        }
-    } else {
-        c.search.allowed = match knob {
-            Knob::PrefetchFactor => [1, 8],
-            _ => [1, limits.cores.left_beside(base.loader.workers)],
-        };
-        if knob == Knob::Threads {
-            center = limits.cores.compute_threads(center) as u64;
-        }
-        center = center.clamp(c.search.allowed[0], c.search.allowed[1]);
-        c.search.start = format!("Started from the file's value, {center}.");
-    }
+    let center = c.start(base, limits)?;
 
     // Climb until the best is surrounded.
     let [lo, hi] = c.search.allowed;
     let mut why = "the start and its neighbours".to_string();
+    let mut center = center;
     let mut centers = vec![center];
     while !c.search.interrupted {
         if c.trials.elapsed_s() >= limits.budget_s {
