@@ -251,7 +251,8 @@ impl Runs<'_> {
             }
             let setup = &self.prepared[planned.condition_index];
             let trainer = self.trainers.get(planned.condition_index, setup)?;
-            let done = timed::run(planned, plan.runs.len(), setup, trainer, out)?;
+            let protocol = &self.exp.base.protocol;
+            let done = timed::run(planned, plan.runs.len(), protocol, setup, trainer, out)?;
             out.reporter
                 .run_finished(planned, plan.runs.len(), &done.record);
             if done.interrupted {
@@ -290,7 +291,8 @@ impl Runs<'_> {
                 return Ok(true);
             }
             let trainer = self.trainers.get(i, &self.prepared[i])?;
-            let done = profiled::run(&c.name, &self.prepared[i], trainer, out)?;
+            let protocol = &self.exp.base.protocol;
+            let done = profiled::run(&c.name, protocol, &self.prepared[i], trainer, out)?;
             out.reporter.profiled(&c.name, &done.trace);
             self.metas[i].trace = Some(done.trace);
             self.metas[i].profile_startup_ms = Some(done.startup_ms);
@@ -316,7 +318,7 @@ fn round_headroom(
 ) -> Result<bool, RunError> {
     let (rounds, r) = (exp.base.protocol.rounds.max(1), round as u64);
     for (i, c) in exp.conditions.iter().enumerate() {
-        let total = prepared[i].settings().protocol.headroom_steps;
+        let total = exp.base.protocol.headroom_steps;
         let steps = total * (r + 1) / rounds - total * r / rounds;
         if !opts.profiles(i) || steps == 0 {
             continue;

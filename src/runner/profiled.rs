@@ -4,6 +4,7 @@
 use super::session::Session;
 use super::setup::Setup;
 use super::{Outputs, RunError};
+use crate::config::ProtocolSection;
 use crate::loader::StageTotals;
 use crate::results::{TRACES_DIR, trace_file_name};
 use crate::trace::{self, Recording};
@@ -18,13 +19,14 @@ pub(super) struct Profiled {
     pub stages: Option<StageTotals>,
 }
 
+/// The profiled run of `condition` under the experiment's `protocol`.
 pub(super) fn run(
     condition: &str,
+    p: &ProtocolSection,
     setup: &Setup,
     trainer: &mut Trainer,
     out: &Outputs,
 ) -> Result<Profiled, RunError> {
-    let p = &setup.settings().protocol;
     let file = format!("{TRACES_DIR}/{}", trace_file_name(condition));
     let path = out.partial.join(&file);
     let recording = Recording::create(&path)?;

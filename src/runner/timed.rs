@@ -1,6 +1,7 @@
 //! A timed run: warm-up, then every step timed on a monotonic clock and written to `steps.csv`
 //! as it is measured (on the CPU; on CUDA after the window, once the device's events are read).
 
+use crate::config::ProtocolSection;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -23,14 +24,15 @@ fn ms(a: Instant, b: Instant) -> f64 {
     (b - a).as_secs_f64() * 1e3
 }
 
+/// One timed run of `planned` under the experiment's `protocol`.
 pub(super) fn run(
     planned: &PlannedRun,
     total_runs: usize,
+    p: &ProtocolSection,
     setup: &Setup,
     trainer: &mut Trainer,
     out: &mut Outputs,
 ) -> Result<Timed, RunError> {
-    let p = &setup.settings().protocol;
     let label = format!("run {}/{total_runs}", planned.index + 1);
     let mut session = Session::start(setup, trainer, label.clone(), &planned.condition)?;
     let bar = out.reporter.progress(p.warmup_steps + p.timed_steps);
