@@ -156,16 +156,8 @@ pub fn predict(
     if !(step_ms > 0.0 && loader_ms_per_batch.is_finite()) {
         return None;
     }
-    let workers_exact = loader_ms_per_batch / step_ms;
-    // At 0 workers the training thread loads each batch itself and waits about
-    // exact / (1 + exact) of the step: under the `moderately` threshold, none are needed.
     let moderately = summary.judgement.thresholds.moderately_input_bound;
-    let inline_wait_share = workers_exact / (1.0 + workers_exact);
-    let wanted = if inline_wait_share < moderately {
-        0
-    } else {
-        (workers_exact.ceil() as u64).max(1)
-    };
+    let (workers_exact, wanted) = workers_wanted(loader_ms_per_batch, step_ms, moderately);
     let cm = meta.condition(&from.name)?;
     let cores = CoreBudget {
         cores: meta.environment.cores,
@@ -186,16 +178,7 @@ pub fn predict(
         })
         .collect();
     measured.sort_by_key(|m| m.workers);
-    let below = measured.iter().rev().find(|m| m.workers < workers);
-    let at_or_above = measured.iter().find(|m| m.workers >= workers);
-    let confirmed = match (below, at_or_above) {
-        (Some(b), Some(a)) => {
-            Some(a.input_bound == InputBound::Not && b.input_bound != InputBound::Not)
-        }
-        // Nothing below the prediction to compare with: it holds if the count itself keeps up.
-        (None, Some(a)) if a.workers == workers => Some(a.input_bound == InputBound::Not),
-        _ => None,
-    };
+    let confirmed = confirmation(&measured, workers);
     Some(WorkerPrediction {
         from: from.name.clone(),
         loader_ms_per_batch,
@@ -209,9 +192,72 @@ pub fn predict(
     })
 }
 
+/// Workers ≈ loader time per batch ÷ step time without waiting: the exact ratio, and the count
+/// wanted. At 0 workers the training thread loads each batch itself and waits about
+/// exact / (1 + exact) of the step: under the `moderately` threshold, none are needed; else
+/// the ratio rounded up.
+pub fn workers_wanted(loader_ms_per_batch: f64, step_ms: f64, moderately: f64) -> (f64, u64) {
+    let workers_exact = loader_ms_per_batch / step_ms;
+    let inline_wait_share = workers_exact / (1.0 + workers_exact);
+    let wanted = if inline_wait_share < moderately {
+        0
+    } else {
+        (workers_exact.ceil() as u64).max(1)
+    };
+    (workers_exact, wanted)
+}
+
+/// Whether the measurements (sorted by workers) bear out `workers`: the nearest count at or
+/// above it is not input-bound and the nearest below it is; with nothing measured below, the
+/// count itself keeps up. None without those measurements.
+fn confirmation(measured: &[PredictionCheck], workers: u64) -> Option<bool> {
+    let below = measured.iter().rev().find(|m| m.workers < workers);
+    let at_or_above = measured.iter().find(|m| m.workers >= workers);
+    match (below, at_or_above) {
+        (Some(b), Some(a)) => {
+            Some(a.input_bound == InputBound::Not && b.input_bound != InputBound::Not)
+        }
+        (None, Some(a)) if a.workers == workers => Some(a.input_bound == InputBound::Not),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The core of the prediction, with planted costs (tests/advice.rs checks it on measured
+    /// ones, which depend on this machine's speed).
+    #[test]
+    fn the_prediction_is_the_loader_time_over_the_step_rounded_up() {
+        // 30 ms of loading per batch, a 20 ms step: 1.5 -> 2 workers.
+        assert_eq!(workers_wanted(30.0, 20.0, 0.05), (1.5, 2));
+        // Exactly one step's worth: 1.
+        assert_eq!(workers_wanted(20.0, 20.0, 0.05).1, 1);
+        // 0.5 ms on a 20 ms step waits 2.4 % inline, under the 5 % threshold: none needed.
+        assert_eq!(workers_wanted(0.5, 20.0, 0.05).1, 0);
+        // The same at a 1 % threshold: one.
+        assert_eq!(workers_wanted(0.5, 20.0, 0.01).1, 1);
+        let check = |workers, input_bound| PredictionCheck {
+            condition: format!("workers={workers}"),
+            workers,
+            wait_share: 0.0,
+            input_bound,
+        };
+        let m = [
+            check(0, InputBound::Highly),
+            check(1, InputBound::Moderately),
+            check(2, InputBound::Not),
+        ];
+        assert_eq!(confirmation(&m, 2), Some(true));
+        assert_eq!(confirmation(&m, 1), Some(false), "1 is still input-bound");
+        assert_eq!(confirmation(&m, 3), None, "nothing measured at or above 3");
+        assert_eq!(
+            confirmation(&m[2..], 2),
+            Some(true),
+            "only the count itself"
+        );
+    }
 
     #[test]
     fn the_bound_is_what_removing_every_wait_gives() {

@@ -66,6 +66,36 @@ struct State {
     closed: bool,
 }
 
+/// What a worker gets when it asks for work.
+enum Claimable {
+    /// The next batch index, and a free buffer to build it in.
+    Claimed(u64, Batch),
+    /// Every buffer holds a batch not yet consumed: sleep until one is freed.
+    Wait,
+    /// The pool is closed or past its end.
+    Stop,
+}
+
+impl State {
+    /// The policy, apart from the threads: any worker takes the next batch index as soon as a
+    /// buffer is free (the index is taken only with a buffer in hand, so whoever holds batch k
+    /// can always build it), whichever worker still holds an earlier one.
+    fn try_claim(&mut self, end: Option<u64>) -> Claimable {
+        if self.closed {
+            return Claimable::Stop;
+        }
+        let Some(batch) = self.free.pop_front() else {
+            return Claimable::Wait;
+        };
+        let k = self.claims;
+        if end.is_some_and(|e| k >= e) {
+            return Claimable::Stop;
+        }
+        self.claims += 1;
+        Claimable::Claimed(k, batch)
+    }
+}
+
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // Nothing is built or called under the lock, so a poisoned lock still holds
@@ -274,26 +304,20 @@ fn claim(shared: &Shared, end: Option<u64>, source: &Source) -> Option<(u64, Bat
     let _span = span.entered();
     let start = profiling.then(Instant::now);
     let mut state = shared.lock();
-    let batch = loop {
-        if state.closed {
-            return None;
+    let (k, batch) = loop {
+        match state.try_claim(end) {
+            Claimable::Claimed(k, batch) => break (k, batch),
+            Claimable::Stop => return None,
+            Claimable::Wait => {
+                state.starved += 1;
+                state = shared
+                    .freed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+                state.starved -= 1;
+            }
         }
-        if let Some(batch) = state.free.pop_front() {
-            break batch;
-        }
-        state.starved += 1;
-        state = shared
-            .freed
-            .wait(state)
-            .unwrap_or_else(PoisonError::into_inner);
-        state.starved -= 1;
     };
-    // Taken only with a buffer in hand, so whoever holds batch k can always build it.
-    let k = state.claims;
-    if end.is_some_and(|e| k >= e) {
-        return None;
-    }
-    state.claims += 1;
     drop(state);
     if let Some(start) = start {
         source
@@ -334,5 +358,56 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         s.clone()
     } else {
         "unknown panic".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(buffers: usize) -> State {
+        State {
+            built: BTreeMap::new(),
+            free: (0..buffers).map(|_| Batch::default()).collect(),
+            claims: 0,
+            awaited: None,
+            starved: 0,
+            running: 2,
+            closed: false,
+        }
+    }
+
+    fn claimed(c: Claimable) -> Option<u64> {
+        match c {
+            Claimable::Claimed(k, _) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// The deterministic core of tests/loader.rs's `a_slow_batch_does_not_stop_the_other_workers`
+    /// (which measures it with a stalled first image): with 2 workers × prefetch 2, while one
+    /// worker holds batch 0 the other builds batches 1, 2 and 3 — every other buffer — and only
+    /// then waits; under the old batch-k-to-worker-k-mod-N rule it would have built 1 and 3.
+    #[test]
+    fn a_held_batch_leaves_every_other_buffer_to_the_other_workers() {
+        let mut s = state(4);
+        assert_eq!(claimed(s.try_claim(None)), Some(0)); // worker A, slow
+        let others: Vec<u64> = std::iter::from_fn(|| claimed(s.try_claim(None))).collect();
+        assert_eq!(others, [1, 2, 3]);
+        assert!(matches!(s.try_claim(None), Claimable::Wait));
+        // A buffer freed (batch 0 delivered and consumed): the next index, 4.
+        s.free.push_back(Batch::default());
+        assert_eq!(claimed(s.try_claim(None)), Some(4));
+    }
+
+    #[test]
+    fn claims_stop_at_the_end_and_when_closed() {
+        let mut s = state(4);
+        assert_eq!(claimed(s.try_claim(Some(2))), Some(0));
+        assert_eq!(claimed(s.try_claim(Some(2))), Some(1));
+        assert!(matches!(s.try_claim(Some(2)), Claimable::Stop));
+        let mut s = state(4);
+        s.closed = true;
+        assert!(matches!(s.try_claim(None), Claimable::Stop));
     }
 }
