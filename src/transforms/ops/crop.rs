@@ -32,8 +32,7 @@ impl Op for CenterCropSpec {
     }
 
     fn output(&self, input: ImageShape) -> ImageShape {
-        let (h, w) = self.size.fixed();
-        input.with_size(h, w)
+        self.size.of(input)
     }
 
     fn sets_size(&self) -> bool {
@@ -153,8 +152,7 @@ impl Op for RandomCropSpec {
     }
 
     fn output(&self, input: ImageShape) -> ImageShape {
-        let (h, w) = self.size.fixed();
-        input.with_size(h, w)
+        self.size.of(input)
     }
 
     fn sets_size(&self) -> bool {

@@ -196,6 +196,12 @@ impl Size {
         }
     }
 
+    /// `input` brought to this size (its channels kept).
+    fn of(self, input: ImageShape) -> ImageShape {
+        let (h, w) = self.fixed();
+        input.with_size(h, w)
+    }
+
     /// At least one pixel.
     fn check(self, bad: &mut dyn FnMut(&'static str, String)) {
         let (h, w) = self.fixed();

@@ -57,8 +57,7 @@ impl Op for RandomResizedCropSpec {
     }
 
     fn output(&self, input: ImageShape) -> ImageShape {
-        let (h, w) = self.size.fixed();
-        input.with_size(h, w)
+        self.size.of(input)
     }
 
     fn sets_size(&self) -> bool {
