@@ -789,3 +789,21 @@ fn image_folder_chain_must_reach_one_size() {
         "{stderr}"
     );
 }
+
+#[test]
+fn not_a_number_is_refused_where_a_range_is_checked() {
+    // TOML writes NaN as `nan`; a comparison with it is false, so each check must fail on it.
+    for (op, key) in [
+        ("random_rotation", "degrees"),
+        ("color_jitter", "brightness"),
+    ] {
+        let text = format!(
+            "{BASE}\n[[transforms]]\nop = \"{op}\"\n{key} = nan\n[[transforms]]\nop = \"to_tensor\"\n"
+        );
+        rejects(&text, 11, &format!("transforms[0].{key}"), "expected");
+    }
+    let text = format!(
+        "{BASE}\n[[transforms]]\nop = \"to_tensor\"\n[[transforms]]\nop = \"normalize\"\nmean = [nan]\nstd = [nan]\n"
+    );
+    rejects(&text, 14, "transforms[1].std", "expected finite values > 0");
+}

@@ -36,7 +36,7 @@ impl Op for ColorJitterSpec {
             ("contrast", self.contrast),
             ("saturation", self.saturation),
         ] {
-            if v < 0.0 {
+            if !v.is_finite() || v < 0.0 {
                 bad(key, format!("expected a value ≥ 0, found {v}"));
             }
         }

@@ -33,7 +33,7 @@ impl Op for RandomRotationSpec {
     }
 
     fn check(&self, _: Reaching, bad: &mut dyn FnMut(&'static str, String)) {
-        if self.degrees < 0.0 || self.degrees > 180.0 {
+        if !(0.0..=180.0).contains(&self.degrees) {
             bad(
                 "degrees",
                 format!(

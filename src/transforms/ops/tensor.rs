@@ -87,8 +87,11 @@ impl Op for NormalizeSpec {
                 );
             }
         }
-        if self.std.iter().any(|v| *v <= 0.0) {
-            bad("std", "expected values > 0".into());
+        if self.std.iter().any(|v| !v.is_finite() || *v <= 0.0) {
+            bad("std", "expected finite values > 0".into());
+        }
+        if self.mean.iter().any(|v| !v.is_finite()) {
+            bad("mean", "expected finite values".into());
         }
     }
 
