@@ -61,6 +61,11 @@ pub enum TuneError {
     Interrupted(PathBuf),
     #[error(transparent)]
     Results(#[from] ResultsError),
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot write {}: {source}", path.display())]
     Write {
         path: PathBuf,
@@ -160,7 +165,7 @@ fn finish(
         source,
     })?;
     if let Some(v) = search.chosen {
-        let original = std::fs::read_to_string(file).map_err(|source| TuneError::Write {
+        let original = std::fs::read_to_string(file).map_err(|source| TuneError::Read {
             path: file.to_path_buf(),
             source,
         })?;
