@@ -2,6 +2,9 @@
 //! `to_tensor` and `normalize`, with torchvision's semantics, on planar images of any size and
 //! 1 or 3 channels (each op works plane by plane, as Pillow works band by band).
 //!
+//! Each op lives in [`ops`] (spec, checks, output shape, compiled form); the pixel kernels they
+//! call are the family files beside it; this file is the [`Pipeline`] that runs them.
+//!
 //! Invariant: every random parameter of sample `i` in epoch `e` comes from one RNG seeded by
 //! (experiment seed, e, i), drawn in op order, so the output never depends on which thread or
 //! loader condition produced it. Buffers live in a [`Scratch`] reused from sample to sample.
