@@ -114,7 +114,7 @@ pub fn trial_experiment(
         let mut s = base.clone();
         knob.set(&mut s, v);
         if let Some((key, message)) = check_settings(&s).into_iter().next() {
-            return Err(format!("{key} = {v}: {message}"));
+            return Err(format!("{} = {v}: {key}: {message}", knob.key()));
         }
         let (name, overrides) = if values.len() > 1 {
             let mut t = toml::Table::new();
