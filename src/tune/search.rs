@@ -220,12 +220,11 @@ pub fn search(
         last: None,
     };
 
-    let center = c.start(base, limits)?;
+    let mut center = c.start(base, limits)?;
 
     // Climb until the best is surrounded.
     let [lo, hi] = c.search.allowed;
     let mut why = "the start and its neighbours".to_string();
-    let mut center = center;
     let mut centers = vec![center];
     while !c.search.interrupted {
         if c.trials.elapsed_s() >= limits.budget_s {
