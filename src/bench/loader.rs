@@ -142,7 +142,11 @@ impl Case {
         let mut cfg = LoaderConfig::from_settings(settings);
         Ok(match self {
             Case::Arithmetic { threads } => arithmetic_rate(threads),
-            Case::Alone { threads } => {
+            Case::Alone { .. } | Case::Woken => {
+                let (threads, woken) = match self {
+                    Case::Alone { threads } => (threads, false),
+                    _ => (2, true),
+                };
                 // As workers = 0 (one thread, its buffers) and as workers = 2 (two threads,
                 // the loader's buffers shared out between them).
                 cfg.workers = if threads == 1 { 0 } else { threads };
@@ -154,20 +158,7 @@ impl Case {
                     threads,
                     buffers,
                     batches,
-                    false,
-                )?
-            }
-            Case::Woken => {
-                cfg.workers = 2;
-                let buffers = cfg.buffers(false) / 2;
-                independent_rate(
-                    Arc::clone(dataset),
-                    Arc::clone(pipeline),
-                    cfg,
-                    2,
-                    buffers,
-                    batches,
-                    true,
+                    woken,
                 )?
             }
             Case::Workers { workers } => {

@@ -149,23 +149,28 @@ fn decode_jpeg(
             "the decoder gives {size} bytes for a {w}×{h} image"
         ));
     }
-    let decoded = DECODED.with_borrow_mut(|rgb| {
+    DECODED.with_borrow_mut(|rgb| {
         if rgb.len() < size {
             rgb.resize(size, 0);
         }
-        decoder
+        let decoded = decoder
             .decode_into(&mut rgb[..size])
-            .map_err(|e| format!("{e:?}"))?;
-        let b = b.unwrap_or(CropBox::whole(full));
-        to_planar(&rgb[..size], components, w, b, mode, out);
-        Ok::<(), String>(())
-    });
-    DECODED.with_borrow_mut(|rgb| {
+            .map_err(|e| format!("{e:?}"));
+        if decoded.is_ok() {
+            to_planar(
+                &rgb[..size],
+                components,
+                w,
+                b.unwrap_or(CropBox::whole(full)),
+                mode,
+                out,
+            );
+        }
         if rgb.capacity() > KEEP_DECODE_BUFFER_BYTES {
             *rgb = Vec::new();
         }
-    });
-    decoded?;
+        decoded
+    })?;
     Ok(Read {
         shape: full,
         region: b,

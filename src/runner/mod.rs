@@ -228,7 +228,7 @@ struct Runs<'a> {
     opts: &'a RunOptions,
     prepared: &'a [Setup],
     trainers: &'a mut Trainers,
-    metas: &'a mut Vec<ConditionMeta>,
+    metas: &'a mut [ConditionMeta],
 }
 
 impl Runs<'_> {

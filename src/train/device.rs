@@ -138,7 +138,7 @@ pub fn cores() -> usize {
 
 /// A machine's cores, shared by the training step's compute threads and the loader's workers:
 /// the one place where `device.threads = 0` becomes a number and where the cores left to one
-/// side beside the other are derived (the set-up, the advice, `tune` and `bench` all ask it).
+/// side beside the other are derived (the set-up, the advice and `tune` ask it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CoreBudget {
     pub cores: usize,
