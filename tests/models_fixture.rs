@@ -86,7 +86,7 @@ fn setup(entry: &Value, batch: usize) -> (InitialWeights, Tensor, Tensor) {
         shape: ImageShape::new(dims[0], dims[1], dims[2]),
         classes,
     };
-    let net = Network::new(&section.architecture(), input).unwrap();
+    let net = Network::new(&section.architecture().unwrap(), input).unwrap();
     let params = entry["params"].as_array().unwrap();
     let names: Vec<&str> = net.params.iter().map(|p| p.name.as_str()).collect();
     let theirs: Vec<&str> = params.iter().map(|p| p["name"].as_str().unwrap()).collect();

@@ -109,7 +109,14 @@ fn step(a: &BenchArgs, overrides: &Overrides) -> Result<Vec<Measurement>, Failur
         shape,
         classes: a.classes.max(1),
     };
-    let net = Network::new(&settings.model.architecture(), input)
+    let architecture = settings.model.architecture().ok_or_else(|| {
+        failed(
+            "bench step measures a network's training step; the stand-in step has none (its \
+             time is model.step_ms)"
+                .to_string(),
+        )
+    })?;
+    let net = Network::new(&architecture, input)
         .map_err(|e| failed(format!("model.{}: {}", e.key, e.message)))?;
     let case = StepCase {
         net,

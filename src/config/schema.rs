@@ -238,6 +238,9 @@ pub enum ModelKind {
     Cnn,
     Resnet,
     Mlp,
+    /// No network: the emulated device stays busy for `step_ms` per batch (the user's own
+    /// step time, e.g. from `loaderlab diagnose`).
+    StandIn,
 }
 
 /// The network. Each kind reads only its own keys ([`ModelSection::keys_of`]); a key of
@@ -259,6 +262,8 @@ pub struct ModelSection {
     pub depth: u64,
     /// resnet: "imagenet" (7×7 stride 2 + max-pool) or "cifar" (3×3 stride 1).
     pub stem: Stem,
+    /// stand_in: the device time of one step, ms (required, positive).
+    pub step_ms: f64,
 }
 
 impl Default for ModelSection {
@@ -271,6 +276,7 @@ impl Default for ModelSection {
             hidden: vec![128],
             depth: 18,
             stem: Stem::Imagenet,
+            step_ms: 0.0,
         }
     }
 }
@@ -283,6 +289,7 @@ impl ModelSection {
             ModelKind::Cnn => &["channels", "kernel", "hidden"],
             ModelKind::Resnet => &["depth", "width", "stem"],
             ModelKind::Mlp => &["hidden"],
+            ModelKind::StandIn => &["step_ms"],
         }
     }
 
@@ -296,6 +303,7 @@ impl ModelSection {
             ("hidden", self.hidden != d.hidden),
             ("depth", self.depth != d.depth),
             ("stem", self.stem != d.stem),
+            ("step_ms", self.step_ms != d.step_ms),
         ];
         let own = Self::keys_of(self.kind);
         set.iter()
@@ -304,11 +312,16 @@ impl ModelSection {
             .collect()
     }
 
-    /// The network these settings describe.
-    pub fn architecture(&self) -> Architecture {
+    /// The stand-in step's device time, when this is one.
+    pub fn stand_in_ms(&self) -> Option<f64> {
+        (self.kind == ModelKind::StandIn).then_some(self.step_ms)
+    }
+
+    /// The network these settings describe (none for the stand-in step).
+    pub fn architecture(&self) -> Option<Architecture> {
         let list = |v: &[u64]| v.iter().map(|&c| c as usize).collect::<Vec<_>>();
         let or = |v: u64, default: usize| if v == 0 { default } else { v as usize };
-        match self.kind {
+        Some(match self.kind {
             ModelKind::SmallCnn => Architecture::SmallCnn {
                 width: or(self.width, 1),
             },
@@ -325,7 +338,8 @@ impl ModelSection {
             ModelKind::Mlp => Architecture::Mlp {
                 hidden: list(&self.hidden),
             },
-        }
+            ModelKind::StandIn => return None,
+        })
     }
 }
 
@@ -547,7 +561,7 @@ choice!(CacheMode: None, Encoded, Decoded);
 choice!(OnError: Fail, Skip);
 choice!(Encoding: Raw, Jpeg, Png);
 choice!(Split: Train, Test);
-choice!(ModelKind: SmallCnn, Cnn, Resnet, Mlp);
+choice!(ModelKind: SmallCnn, Cnn, Resnet, Mlp, StandIn);
 choice!(Stem: Imagenet, Cifar);
 choice!(OptimizerKind: Adam, Adamw, Sgd);
 choice!(DeviceKind: Auto, Cpu, Cuda);

@@ -3,8 +3,8 @@
 
 use super::problem::KeyPath;
 use super::schema::{
-    ColorMode, DatasetKind, ModelSection, OptimizerKind, OptimizerSection, Settings, Split,
-    TransformSpec,
+    ColorMode, DatasetKind, DeviceKind, ModelSection, OptimizerKind, OptimizerSection, Settings,
+    Split, TransformSpec,
 };
 use crate::net::{self, ModelInput};
 use crate::shape::ImageShape;
@@ -183,6 +183,9 @@ fn check_transforms(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     }
 }
 
+/// The longest stand-in step accepted (10 minutes): past it a "step" is a typo.
+pub const MAX_STAND_IN_MS: f64 = 600_000.0;
+
 /// The model takes what the transforms hand it; a key of another model kind is refused.
 fn check_model(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let m = &s.model;
@@ -200,6 +203,29 @@ fn check_model(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             ),
         ));
     }
+    if let Some(step_ms) = m.stand_in_ms() {
+        if !(step_ms.is_finite() && step_ms > 0.0 && step_ms <= MAX_STAND_IN_MS) {
+            out.push((
+                KeyPath::keys(["model", "step_ms"]),
+                format!(
+                    "model.step_ms must be a positive number of milliseconds, at most \
+                     {MAX_STAND_IN_MS} (the stand-in step's device time; got {step_ms}; \
+                     `loaderlab diagnose` measures it from a torch.profiler trace)"
+                ),
+            ));
+        }
+        if s.device.kind == DeviceKind::Cuda {
+            out.push((
+                KeyPath::keys(["device", "kind"]),
+                "model.kind = \"stand_in\" runs on the emulated device, on the CPU; its CUDA \
+                 kernel is not built yet: set device.kind = \"cpu\" or \"auto\""
+                    .to_string(),
+            ));
+        }
+    }
+    let Some(architecture) = m.architecture() else {
+        return;
+    };
     let shape = chain_output(&s.transforms, dataset_shape(s));
     if shape.is_empty() {
         // An image folder without a fixed size: check_transforms says so.
@@ -207,7 +233,7 @@ fn check_model(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     }
     // The class count does not change a shape's validity: any positive number will do.
     let input = ModelInput { shape, classes: 10 };
-    if let Err(e) = net::check(&m.architecture(), input) {
+    if let Err(e) = net::check(&architecture, input) {
         // Name the key that set the image size too, when the size is what does not fit.
         let size_from = s
             .transforms

@@ -35,6 +35,13 @@ impl RunMeta {
             .all(|c| c.compute_device == ComputeDevice::Cpu)
     }
 
+    /// Some condition ran the stand-in step on the emulated device.
+    pub fn any_stand_in(&self) -> bool {
+        self.conditions
+            .iter()
+            .any(|c| c.compute_device == ComputeDevice::StandIn)
+    }
+
     pub fn condition(&self, name: &str) -> Option<&ConditionMeta> {
         self.conditions.iter().find(|c| c.name == name)
     }
@@ -56,6 +63,17 @@ pub enum ComputeDevice {
     #[default]
     Cpu,
     Cuda,
+    /// The stand-in step's emulated device (`model.kind = "stand_in"`): asynchronous like
+    /// CUDA, holding no core while busy.
+    #[serde(rename = "stand_in")]
+    StandIn,
+}
+
+impl ComputeDevice {
+    /// The host only enqueues the step: its waiting for data overlaps device work.
+    pub fn asynchronous(self) -> bool {
+        self != ComputeDevice::Cpu
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

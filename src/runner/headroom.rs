@@ -10,13 +10,11 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use candle_core::Tensor;
-
 use super::session::Session;
 use super::setup::Setup;
 use super::{INTERRUPTED, RunError};
 use crate::results::HeadroomRecord;
-use crate::train::{self, Trainer};
+use crate::train::{DeviceStep, OnDevice};
 
 /// At most this many distinct batches are built and replayed (memory stays small; one batch
 /// would do, a few keep the step from seeing one batch only).
@@ -34,27 +32,24 @@ const HEADROOM_WARMUP: u64 = 3;
 pub(super) fn run(
     condition: &str,
     setup: &Setup,
-    trainer: &mut Trainer,
+    trainer: &mut DeviceStep,
     steps: u64,
 ) -> Result<Option<HeadroomRecord>, RunError> {
-    let device = &setup.device;
     let mut session = Session::start(setup, trainer, "headroom".into(), condition)?;
-    let mut batches: Vec<(Tensor, Tensor, usize)> = Vec::new();
+    let mut batches: Vec<(OnDevice, usize)> = Vec::new();
     for _ in 0..steps.clamp(1, HEADROOM_BATCHES) {
-        let batch = session.next_batch()?;
-        let n = batch.len;
-        let (x, y) = train::to_device(batch, device)?;
+        let next = session.next_batch()?;
+        let (n, on) = (next.batch.len, next.upload()?);
         // The copy must have landed before the loader reuses its (possibly pinned) buffer.
-        train::synchronize(device)?;
-        batches.push((x, y, n));
+        session.synchronize()?;
+        batches.push((on, n));
     }
     // Stop the loader: the replay must not share the cores with its workers.
     session.stop_loader();
     for k in 0..HEADROOM_WARMUP {
-        let (x, y, _) = &batches[k as usize % batches.len()];
-        session.step(x, y)?;
+        session.step(&batches[k as usize % batches.len()].0)?;
     }
-    train::synchronize(device)?;
+    session.synchronize()?;
     let mut step_ms = Vec::with_capacity(steps as usize);
     let mut segments = Vec::new();
     let mut images = 0u64;
@@ -68,14 +63,14 @@ pub(super) fn run(
             if INTERRUPTED.load(Ordering::SeqCst) {
                 return Ok(None);
             }
-            let (x, y, n) = &batches[k as usize % batches.len()];
+            let (on, n) = &batches[k as usize % batches.len()];
             let t0 = Instant::now();
-            session.step(x, y)?;
+            session.step(on)?;
             step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
             images += *n as u64;
             k += 1;
         }
-        train::synchronize(device)?;
+        session.synchronize()?;
         segments.push((
             end - first_step,
             images - first_images,

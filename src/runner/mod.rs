@@ -30,7 +30,7 @@ use crate::results::{
     RUN_JSON, RUNS_CSV, ResultsError, RunMeta, RunRecord, STEP_COLUMNS, STEPS_CSV, StepRecord,
 };
 use crate::trace::{self, TraceError};
-use crate::train::{InitialWeights, Trainer};
+use crate::train::{DeviceStep, InitialWeights, StandIn, Trainer};
 
 /// Set by the Ctrl-C handler; the runner stops after the current step.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -377,12 +377,12 @@ fn prepare(exp: &Experiment, quiet: bool) -> Result<Prepared, RunError> {
     })
 }
 
-/// One trainer per condition, made on first use; `reset` before each run restores the common
-/// initial state. Initial weights come from the experiment seed and the network alone,
+/// One device step per condition, made on first use; `reset` before each run restores the
+/// common initial state. Initial weights come from the experiment seed and the network alone,
 /// so conditions with the same model and input start from the same weights.
 struct Trainers {
     seed: u64,
-    by_condition: HashMap<usize, Trainer>,
+    by_condition: HashMap<usize, DeviceStep>,
 }
 
 impl Trainers {
@@ -393,15 +393,18 @@ impl Trainers {
         }
     }
 
-    fn get(&mut self, condition: usize, setup: &Setup) -> Result<&mut Trainer, RunError> {
+    fn get(&mut self, condition: usize, setup: &Setup) -> Result<&mut DeviceStep, RunError> {
         use std::collections::hash_map::Entry;
         Ok(match self.by_condition.entry(condition) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(Trainer::new(
-                InitialWeights::pytorch_default(self.seed, setup.network.clone()),
-                &setup.settings().optimizer,
-                setup.device.clone(),
-            )?),
+            Entry::Vacant(e) => e.insert(match (&setup.network, setup.stand_in_ms()) {
+                (Some(net), _) => DeviceStep::Model(Box::new(Trainer::new(
+                    InitialWeights::pytorch_default(self.seed, net.clone()),
+                    &setup.settings().optimizer,
+                    setup.device.clone(),
+                )?)),
+                (None, step_ms) => DeviceStep::StandIn(StandIn::new(step_ms.unwrap_or(0.0))?),
+            }),
         })
     }
 }

@@ -8,7 +8,7 @@ use crate::config::ProtocolSection;
 use crate::loader::StageTotals;
 use crate::results::{TRACES_DIR, trace_file_name};
 use crate::trace::{self, Recording};
-use crate::train::{self, Trainer};
+use crate::train::DeviceStep;
 
 /// What a profiled run leaves for `run.json`.
 pub(super) struct Profiled {
@@ -24,7 +24,7 @@ pub(super) fn run(
     condition: &str,
     p: &ProtocolSection,
     setup: &Setup,
-    trainer: &mut Trainer,
+    trainer: &mut DeviceStep,
     out: &Outputs,
 ) -> Result<Profiled, RunError> {
     let file = format!("{TRACES_DIR}/{}", trace_file_name(condition));
@@ -32,7 +32,7 @@ pub(super) fn run(
     let recording = Recording::create(&path)?;
     let mut session = Session::start(setup, trainer, "profiled".into(), condition)?;
     session.warm_up(p.warmup_steps, &indicatif::ProgressBar::hidden())?;
-    let mut clock = train::DeviceClock::for_device(&setup.device);
+    let mut clock = session.clock();
     recording.start();
     if clock.on_device() {
         // The anchor event's device time is this span's host time: the GPU track is placed
@@ -45,17 +45,17 @@ pub(super) fn run(
             let _span = tracing::info_span!(trace::BATCH_WAIT).entered();
             session.next_batch()?
         };
-        let (x, y) = {
+        let on = {
             let _span = tracing::info_span!(trace::H2D_TRANSFER).entered();
             clock.mark()?;
-            train::to_device(batch, &setup.device)?
+            batch.upload()?
         };
         let _span = tracing::info_span!(trace::FORWARD_BACKWARD_ADAM).entered();
         clock.mark()?;
-        session.step(&x, &y)?;
+        session.step(&on)?;
         clock.mark()?;
     }
-    train::synchronize(&setup.device)?;
+    session.synchronize()?;
     recording.stop();
     let startup_ms = session.startup_ms;
     let stages = session.stage_totals().filter(|s| s.batches > 0);

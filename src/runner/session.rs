@@ -3,21 +3,20 @@
 
 use std::sync::atomic::Ordering;
 
-use candle_core::Tensor;
 use indicatif::ProgressBar;
 
 use super::setup::Setup;
 use super::{INTERRUPTED, RunError};
 use crate::loader::{Batch, Loader, LoaderError};
 use crate::results::ComputeDevice;
-use crate::train::{self, Trainer};
+use crate::train::{DeviceClock, DeviceStep, Loss, OnDevice};
 
 /// A run in progress: one condition's loader and trainer.
 pub(super) struct Session<'a> {
     pub setup: &'a Setup,
     /// None once stopped ([`Session::stop_loader`]).
     loader: Option<Loader>,
-    trainer: &'a mut Trainer,
+    trainer: &'a mut DeviceStep,
     /// Worker start-up, measured apart from every step.
     pub startup_ms: f64,
     /// Names the run in a loader error ("3/6", or "profiled").
@@ -29,11 +28,11 @@ impl<'a> Session<'a> {
     /// Start the loader and reset the trainer.
     pub fn start(
         setup: &'a Setup,
-        trainer: &'a mut Trainer,
+        trainer: &'a mut DeviceStep,
         run: String,
         condition: &str,
     ) -> Result<Session<'a>, RunError> {
-        train::set_tf32(setup.settings().device.tf32);
+        crate::train::set_tf32(setup.settings().device.tf32);
         let loader = setup
             .loader()
             .map_err(|source| loader_error(&run, condition, source))?;
@@ -49,15 +48,19 @@ impl<'a> Session<'a> {
         })
     }
 
-    /// The next batch; a loader failure names the run and condition.
-    pub fn next_batch(&mut self) -> Result<&Batch, RunError> {
+    /// The next batch, ready to upload; a loader failure names the run and condition.
+    pub fn next_batch(&mut self) -> Result<Next<'_>, RunError> {
         let (run, condition) = (&self.run, &self.condition);
         let Some(loader) = self.loader.as_mut() else {
             return Err(loader_error(run, condition, LoaderError::Stopped));
         };
-        loader
+        let batch = loader
             .next_batch()
-            .map_err(|source| loader_error(run, condition, source))
+            .map_err(|source| loader_error(run, condition, source))?;
+        Ok(Next {
+            batch,
+            device: self.trainer,
+        })
     }
 
     /// What the loader's stage clocks measured (a profiled run's window).
@@ -70,32 +73,54 @@ impl<'a> Session<'a> {
         self.loader = None;
     }
 
-    /// One training step on a batch already on the device. On the CPU it runs on the
-    /// condition's compute pool; on CUDA on this thread, which holds the device's context.
-    pub fn step(&mut self, x: &Tensor, y: &Tensor) -> Result<Tensor, RunError> {
-        let trainer = &mut *self.trainer;
-        let loss = match self.setup.compute_device {
-            ComputeDevice::Cpu => self.setup.pool.install(|| trainer.step(x, y)),
-            ComputeDevice::Cuda => trainer.step(x, y),
-        }?;
-        Ok(loss)
+    /// One training step on a batch already on the device. A network's CPU step runs on the
+    /// condition's compute pool; on CUDA on this thread, which holds the device's context;
+    /// the stand-in's is only enqueued.
+    pub fn step(&mut self, on: &OnDevice) -> Result<Loss, RunError> {
+        let pool = (self.setup.compute_device == ComputeDevice::Cpu).then_some(&*self.setup.pool);
+        Ok(self.trainer.step(on, pool)?)
+    }
+
+    /// Wait until the device has finished every step enqueued.
+    pub fn synchronize(&self) -> Result<(), RunError> {
+        Ok(self.trainer.synchronize()?)
+    }
+
+    /// Per-step device marks where the device keeps its own clock.
+    pub fn clock(&self) -> DeviceClock {
+        self.trainer.clock()
     }
 
     /// The untimed warm-up: `steps` full steps (stopping early on Ctrl-C), then wait until the
     /// device is idle so the timed window starts clean.
     pub fn warm_up(&mut self, steps: u64, bar: &ProgressBar) -> Result<(), RunError> {
-        let device = &self.setup.device;
         for _ in 0..steps {
-            let batch = self.next_batch()?;
-            let (x, y) = train::to_device(batch, device)?;
-            self.step(&x, &y)?;
+            let on = self.upload_next()?;
+            self.step(&on)?;
             bar.inc(1);
             if INTERRUPTED.load(Ordering::SeqCst) {
                 break;
             }
         }
-        train::synchronize(device)?;
-        Ok(())
+        self.synchronize()
+    }
+
+    /// The next batch, copied to the device.
+    pub fn upload_next(&mut self) -> Result<OnDevice, RunError> {
+        self.next_batch()?.upload()
+    }
+}
+
+/// A batch from the loader and the device it goes to.
+pub(super) struct Next<'a> {
+    pub batch: &'a Batch,
+    device: &'a DeviceStep,
+}
+
+impl Next<'_> {
+    /// The batch copied to the device.
+    pub fn upload(&self) -> Result<OnDevice, RunError> {
+        Ok(self.device.upload(self.batch)?)
     }
 }
 

@@ -52,14 +52,17 @@ impl DataSetup {
         }
     }
 
-    /// The `[model]` network built for this data.
-    pub fn network(&self) -> Result<Network, SetupError> {
-        Network::new(&self.settings.model.architecture(), self.model_input()).map_err(|e| {
-            SetupError::Model {
+    /// The `[model]` network built for this data; none for the stand-in step.
+    pub fn network(&self) -> Result<Option<Network>, SetupError> {
+        let Some(architecture) = self.settings.model.architecture() else {
+            return Ok(None);
+        };
+        Network::new(&architecture, self.model_input())
+            .map(Some)
+            .map_err(|e| SetupError::Model {
                 key: e.key,
                 message: e.message,
-            }
-        })
+            })
     }
 
     /// A loader over this condition's data with its loader settings.
@@ -85,8 +88,8 @@ pub struct Setup {
     /// The machine's cores that `threads` was resolved against.
     pub cores: train::CoreBudget,
     pub pool: Arc<ComputePool>,
-    /// The model, built for this condition's data.
-    pub network: Network,
+    /// The model, built for this condition's data; none for the stand-in step.
+    pub network: Option<Network>,
     /// What was set on the CUDA device's memory pool, for run.json.
     pub memory_pool: Option<String>,
 }
@@ -94,6 +97,20 @@ pub struct Setup {
 impl Setup {
     pub fn settings(&self) -> &Settings {
         &self.data.settings
+    }
+
+    /// The stand-in step's device time, when the condition has one instead of a network.
+    pub fn stand_in_ms(&self) -> Option<f64> {
+        self.settings().model.stand_in_ms()
+    }
+
+    /// What trains, as the report names it everywhere a model is named.
+    pub fn model_name(&self) -> String {
+        match (&self.network, self.stand_in_ms()) {
+            (Some(net), _) => net.describe(),
+            (None, Some(ms)) => stand_in_name(ms),
+            (None, None) => "no model".into(),
+        }
     }
 
     /// A loader whose batch buffers suit the device (page-locked on CUDA when asked for).
@@ -125,7 +142,7 @@ impl Setup {
     /// What `run.json` records of this condition.
     pub fn meta(&self, condition: &str) -> ConditionMeta {
         let s = self.settings();
-        let on_cpu = self.compute_device == ComputeDevice::Cpu;
+        let on_cpu = self.compute_device != ComputeDevice::Cuda;
         ConditionMeta {
             name: condition.to_string(),
             device: self.device_name.clone(),
@@ -136,18 +153,26 @@ impl Setup {
             pin_memory: if !s.loader.pin_memory {
                 "off".into()
             } else if on_cpu {
-                "not applicable on the CPU".into()
+                "not applicable on the CPU (the emulated device's copy is a host copy)".into()
             } else {
                 "on: page-locked batch buffers, asynchronous copies".into()
             },
             trace: None,
             profile_startup_ms: None,
             memory_pool: self.memory_pool.clone(),
-            model: Some(self.network.describe()),
+            model: Some(self.model_name()),
             stages: None,
             headroom: None,
         }
     }
+}
+
+/// The device name of stand-in runs.
+pub const EMULATED_DEVICE: &str = "emulated device (a thread that sleeps while busy)";
+
+/// How the report names a stand-in run's model.
+pub fn stand_in_name(step_ms: f64) -> String {
+    format!("stand-in step of {step_ms} ms")
 }
 
 /// Builds [`Setup`]s, opening each distinct dataset, device and compute pool once.
@@ -222,16 +247,21 @@ impl Setups {
             )),
         };
         let data = DataSetup::with_dataset(s, dataset);
+        let stand_in = s.model.stand_in_ms().is_some();
         Ok(Setup {
             network: data.network()?,
             data,
             device,
-            compute_device: if on_cpu {
+            compute_device: if stand_in {
+                ComputeDevice::StandIn
+            } else if on_cpu {
                 ComputeDevice::Cpu
             } else {
                 ComputeDevice::Cuda
             },
-            device_name: if on_cpu {
+            device_name: if stand_in {
+                EMULATED_DEVICE.to_string()
+            } else if on_cpu {
                 format!("cpu ({threads} threads)")
             } else {
                 name

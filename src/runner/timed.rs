@@ -5,14 +5,12 @@ use crate::config::ProtocolSection;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use candle_core::Tensor;
-
 use super::session::Session;
 use super::setup::Setup;
 use super::{INTERRUPTED, Outputs, RunError};
 use crate::plan::PlannedRun;
 use crate::results::{RunRecord, StepRecord};
-use crate::train::{self, Trainer};
+use crate::train::{DeviceClock, DeviceStep, Loss};
 
 /// The outcome of one timed run.
 pub(super) struct Timed {
@@ -30,7 +28,7 @@ pub(super) fn run(
     total_runs: usize,
     p: &ProtocolSection,
     setup: &Setup,
-    trainer: &mut Trainer,
+    trainer: &mut DeviceStep,
     out: &mut Outputs,
 ) -> Result<Timed, RunError> {
     let label = format!("run {}/{total_runs}", planned.index + 1);
@@ -42,10 +40,10 @@ pub(super) fn run(
 
     // The timed window: from the first timed batch request to the device being idle.
     let mut rows: Vec<StepRecord> = Vec::with_capacity(p.timed_steps as usize);
-    let mut losses: Vec<Tensor> = Vec::new();
+    let mut losses: Vec<Loss> = Vec::new();
     let mut images: u64 = 0;
     let mut interrupted = false;
-    let mut clock = train::DeviceClock::for_device(&setup.device);
+    let mut clock = session.clock();
     clock.anchor()?;
     let window = Instant::now();
     let stream_now = !clock.on_device();
@@ -58,7 +56,7 @@ pub(super) fn run(
         images += n as u64;
         if stream_now {
             // On the CPU the loss is already computed: reading it costs nothing.
-            row.loss = loss.to_scalar::<f32>()? as f64;
+            row.loss = loss.read()?;
             out.step(&row)?;
         } else {
             losses.push(loss);
@@ -72,14 +70,15 @@ pub(super) fn run(
             bar.set_message(format!("{title} {:.0} img/s", images as f64 / so_far));
         }
     }
-    train::synchronize(&setup.device)?;
+    session.synchronize()?;
     let elapsed_s = window.elapsed().as_secs_f64();
     bar.finish_and_clear();
     if !stream_now {
-        // On CUDA the rows wait for the device's event times and the losses, read only now.
+        // On CUDA the rows wait for the device's event times and the losses, read only now
+        // (the stand-in's device keeps its own times too).
         let marks = clock.read()?;
         for (k, (row, loss)) in rows.iter_mut().zip(&losses).enumerate() {
-            row.loss = loss.to_scalar::<f32>()? as f64;
+            row.loss = loss.read()?;
             row.device_ms = marks.get(k).map_or(f64::NAN, |m| m.busy_ms());
             out.step(row)?;
         }
@@ -112,20 +111,20 @@ pub(super) fn run(
 /// the monotonic clock (and marked on the device's clock where it has one).
 fn one_step(
     session: &mut Session,
-    clock: &mut train::DeviceClock,
+    clock: &mut DeviceClock,
     planned: &PlannedRun,
     step: usize,
-) -> Result<(StepRecord, Tensor, usize), RunError> {
-    let device = &session.setup.device;
+) -> Result<(StepRecord, Loss, usize), RunError> {
     let t0 = Instant::now();
-    let batch = session.next_batch()?;
+    let next = session.next_batch()?;
     let t1 = Instant::now();
+    let batch = next.batch;
     let (fingerprint, epoch, n) = (batch.fingerprint, batch.epoch, batch.len);
     clock.mark()?;
-    let (x, y) = train::to_device(batch, device)?;
+    let on = next.upload()?;
     let t2 = Instant::now();
     clock.mark()?;
-    let loss = session.step(&x, &y)?;
+    let loss = session.step(&on)?;
     clock.mark()?;
     let t3 = Instant::now();
     let row = StepRecord {

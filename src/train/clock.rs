@@ -3,6 +3,7 @@
 //! On CUDA the host only queues work, so host timings say when work was *submitted*; CUDA
 //! events on the device's stream say when the device *ran* it. On the CPU the step is
 //! synchronous and the host timings are the device's own (`device_ms = h2d_ms + compute_ms`).
+//! The stand-in's emulated device keeps its own schedule, like a GPU's.
 //! Either way the run's device idle fraction is `1 − Σ device_ms / window` — the direct answer
 //! to "is the device waiting for data?".
 
@@ -25,9 +26,12 @@ impl StepMarks {
     }
 }
 
-/// Records per-step device marks where the device has its own clock (CUDA), nothing on the CPU.
+/// Records per-step device marks where the device has its own clock (CUDA, the emulated
+/// stand-in device), nothing on the CPU.
 pub enum DeviceClock {
     Host,
+    /// The stand-in device marks each step itself; [`DeviceClock::mark`] adds nothing.
+    Emulated(super::stand_in::Clock),
     #[cfg(feature = "cuda")]
     Cuda(super::cuda::EventClock),
 }
@@ -51,6 +55,10 @@ impl DeviceClock {
     pub fn anchor(&mut self) -> Result<()> {
         match self {
             DeviceClock::Host => Ok(()),
+            DeviceClock::Emulated(c) => {
+                c.anchor();
+                Ok(())
+            }
             #[cfg(feature = "cuda")]
             DeviceClock::Cuda(c) => c.anchor(),
         }
@@ -59,7 +67,7 @@ impl DeviceClock {
     /// Call before the copy, before the step's compute, and after it: three marks per step.
     pub fn mark(&mut self) -> Result<()> {
         match self {
-            DeviceClock::Host => Ok(()),
+            DeviceClock::Host | DeviceClock::Emulated(_) => Ok(()),
             #[cfg(feature = "cuda")]
             DeviceClock::Cuda(c) => c.mark(),
         }
@@ -69,6 +77,7 @@ impl DeviceClock {
     pub fn read(&mut self) -> Result<Vec<StepMarks>> {
         match self {
             DeviceClock::Host => Ok(Vec::new()),
+            DeviceClock::Emulated(c) => Ok(c.read()),
             #[cfg(feature = "cuda")]
             DeviceClock::Cuda(c) => c.read(),
         }

@@ -1,7 +1,9 @@
 //! Training: the model, the optimizer, the device, and one step.
 //!
-//! The runner only sees [`Trainer`]: `reset` to the common initial state, `step` on a batch
-//! already on the device. A faster CPU implementation of the layers slots in behind it.
+//! The runner only sees [`DeviceStep`]: `reset` to the common initial state, `upload` a batch,
+//! `step` on it, `synchronize`. Behind it either a network's training step ([`Trainer`]; a
+//! faster CPU implementation of the layers slots in behind that) or the stand-in step of
+//! declared device time ([`StandIn`], the user's own step replayed on an emulated device).
 
 mod clock;
 #[cfg(feature = "cuda")]
@@ -11,6 +13,7 @@ mod fast_cpu;
 mod model;
 mod optim;
 mod pool;
+mod stand_in;
 
 pub use clock::{DeviceClock, StepMarks};
 pub use device::{Chosen, CoreBudget, DeviceError, cores, select, synchronize};
@@ -20,6 +23,7 @@ pub use model::{
 };
 pub use optim::Optimizer;
 pub use pool::ComputePool;
+pub use stand_in::{DeviceBatch, QUEUE_DEPTH, StandIn};
 
 use std::sync::Arc;
 
@@ -87,6 +91,91 @@ impl Trainer {
         let loss = candle_nn::loss::cross_entropy(&logits, labels)?;
         self.optimizer.backward_step(&loss)?;
         Ok(loss)
+    }
+}
+
+/// What runs on the device each step: a network's training step, or the stand-in's declared
+/// device time.
+pub enum DeviceStep {
+    Model(Box<Trainer>),
+    StandIn(StandIn),
+}
+
+/// A batch on the device, as the step takes it.
+pub enum OnDevice {
+    /// Images N×C×H×W and labels.
+    Tensors(Tensor, Tensor),
+    StandIn(DeviceBatch),
+}
+
+/// A step's loss, read after timing (on CUDA reading it waits for the device); the stand-in
+/// step has none.
+pub struct Loss(Option<Tensor>);
+
+impl Loss {
+    /// The loss as a number; NaN for the stand-in step.
+    pub fn read(&self) -> Result<f64> {
+        self.0
+            .as_ref()
+            .map_or(Ok(f64::NAN), |l| Ok(l.to_scalar::<f32>()? as f64))
+    }
+}
+
+impl DeviceStep {
+    /// Back to the common initial state: the network's initial weights and a fresh
+    /// optimizer; for the stand-in, an idle device.
+    pub fn reset(&mut self) -> Result<()> {
+        match self {
+            DeviceStep::Model(t) => t.reset(),
+            DeviceStep::StandIn(s) => s.synchronize(),
+        }
+    }
+
+    /// The batch copied to the device (on CUDA from a pinned buffer only queued).
+    pub fn upload(&self, batch: &Batch) -> Result<OnDevice> {
+        match self {
+            DeviceStep::Model(t) => {
+                let (x, y) = to_device(batch, t.device())?;
+                Ok(OnDevice::Tensors(x, y))
+            }
+            DeviceStep::StandIn(_) => Ok(OnDevice::StandIn(DeviceBatch::upload(batch))),
+        }
+    }
+
+    /// One step on an uploaded batch; a network's CPU step runs on `pool`.
+    pub fn step(&mut self, on: &OnDevice, pool: Option<&ComputePool>) -> Result<Loss> {
+        match (self, on) {
+            (DeviceStep::Model(t), OnDevice::Tensors(x, y)) => {
+                let loss = match pool {
+                    Some(pool) => pool.install(|| t.step(x, y)),
+                    None => t.step(x, y),
+                }?;
+                Ok(Loss(Some(loss)))
+            }
+            (DeviceStep::StandIn(s), OnDevice::StandIn(b)) => {
+                s.enqueue(b)?;
+                Ok(Loss(None))
+            }
+            _ => Err(candle_core::Error::Msg(
+                "a batch uploaded for another kind of step".into(),
+            )),
+        }
+    }
+
+    /// Wait until the device has finished every step enqueued.
+    pub fn synchronize(&self) -> Result<()> {
+        match self {
+            DeviceStep::Model(t) => synchronize(t.device()),
+            DeviceStep::StandIn(s) => s.synchronize(),
+        }
+    }
+
+    /// Per-step device marks where the device keeps its own clock.
+    pub fn clock(&self) -> DeviceClock {
+        match self {
+            DeviceStep::Model(t) => DeviceClock::for_device(t.device()),
+            DeviceStep::StandIn(s) => DeviceClock::Emulated(s.clock()),
+        }
     }
 }
 

@@ -277,7 +277,8 @@ fn workers_cap(limits: Limits, probe: &Measured) -> u64 {
     match probe.compute_device {
         // Workers + compute threads within the cores.
         ComputeDevice::Cpu => limits.cores.left_beside(probe.cpu_threads as u64),
-        ComputeDevice::Cuda => (2 * limits.cores.cores as u64).max(1),
+        // The step holds no core (or only the host's enqueue): up to two per core.
+        ComputeDevice::Cuda | ComputeDevice::StandIn => (2 * limits.cores.cores as u64).max(1),
     }
 }
 
