@@ -167,7 +167,7 @@ fn known_speedup_percentiles_and_shares() {
     assert_eq!(base.judgement.thresholds.highly_input_bound, 0.2);
     assert_eq!(base.judgement.thresholds.moderately_input_bound, 0.05);
     assert_eq!(a.conditions[1].judgement.loader, LoaderVerdict::KeptUp);
-    let verdict = loaderlab::report::verdict(&a, true);
+    let verdict = loaderlab::report::verdict(&a, &Raw::load(dir.path()).unwrap().meta);
     assert!(
         verdict.starts_with("With workers=4 the model trained 4.000× faster than with workers=0"),
         "{verdict}"
@@ -192,7 +192,10 @@ fn identical_conditions_give_a_ci_containing_one() {
         s.ratio.low < 1.0 && s.ratio.high > 1.0 && !s.beyond_noise,
         "{s:?}"
     );
-    assert!(loaderlab::report::verdict(&a, false).contains("no difference beyond noise"));
+    assert!(
+        loaderlab::report::verdict(&a, &Raw::load(dir.path()).unwrap().meta)
+            .contains("no difference beyond noise")
+    );
 }
 
 #[test]

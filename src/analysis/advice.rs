@@ -77,6 +77,8 @@ pub fn wait_bound(wait_share: f64) -> f64 {
 pub struct PredictionCheck {
     pub condition: String,
     pub workers: u64,
+    /// The share its class was judged on: waiting, or device idle on an asynchronous device
+    /// (the condition's `judgement.classified_by`).
     pub wait_share: f64,
     pub input_bound: InputBound,
 }
@@ -172,7 +174,7 @@ pub fn predict(
             Some(PredictionCheck {
                 condition: c.name.clone(),
                 workers: c.config.loader.workers,
-                wait_share: s.wait_share,
+                wait_share: s.judgement.share,
                 input_bound: s.judgement.input_bound,
             })
         })

@@ -10,16 +10,13 @@ use super::{AnalysisError, Determinism, ORDER_NOISE_FLOOR, OrderEffect, RunSumma
 use crate::plan::Plan;
 use crate::results::{ComputeDevice, Raw, i64s, strs};
 
-/// "CUDA events" when the condition trained on a CUDA device, else the host's timers.
+/// Where device busy time came from: CUDA events, the emulated device's own schedule, or
+/// the host's timers (the CPU, whose step is synchronous).
 pub(super) fn device_clock(raw: &Raw, condition: &str) -> String {
-    let on_cuda = raw
-        .meta
-        .condition(condition)
-        .is_some_and(|c| c.compute_device == ComputeDevice::Cuda);
-    if on_cuda {
-        "CUDA events".into()
-    } else {
-        "host timers (CPU)".into()
+    match raw.meta.condition(condition).map(|c| c.compute_device) {
+        Some(ComputeDevice::Cuda) => "CUDA events".into(),
+        Some(ComputeDevice::StandIn) => "the emulated device's own schedule".into(),
+        _ => "host timers (CPU)".into(),
     }
 }
 

@@ -50,11 +50,48 @@ impl Default for Thresholds {
 pub const DEFAULT_HIGHLY_INPUT_BOUND: f64 = 0.20;
 pub const DEFAULT_MODERATELY_INPUT_BOUND: f64 = 0.05;
 
+/// Which share a condition was judged on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClassifiedBy {
+    /// The share of step time the training thread waited for a batch: the measure on a
+    /// synchronous device (the CPU), where the step cannot run while the host waits.
+    #[default]
+    Waiting,
+    /// The share of the timed window the device sat idle: the measure on an asynchronous
+    /// device (CUDA, the stand-in's), where the host's waiting overlaps device work.
+    DeviceIdle,
+}
+
+impl ClassifiedBy {
+    /// What the share is, after a percentage: "31 % of step time waiting for a batch".
+    pub fn what(self) -> &'static str {
+        match self {
+            ClassifiedBy::Waiting => "of step time waiting for a batch",
+            ClassifiedBy::DeviceIdle => "of the timed window with the device idle",
+        }
+    }
+
+    /// The share's name in a table heading or a sentence.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClassifiedBy::Waiting => "waiting share",
+            ClassifiedBy::DeviceIdle => "device idle share",
+        }
+    }
+}
+
 /// One condition's judgement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Judgement {
     pub loader: LoaderVerdict,
     pub input_bound: InputBound,
+    /// The share both verdicts were made on …
+    #[serde(default)]
+    pub share: f64,
+    /// … and which one it is.
+    #[serde(default)]
+    pub classified_by: ClassifiedBy,
     /// A few batches still kept the training thread waiting far longer than the median one.
     pub stalls: bool,
     pub thresholds: Thresholds,
@@ -80,10 +117,18 @@ impl Thresholds {
         }
     }
 
-    pub fn judge(&self, wait_share: f64, wait_p50_ms: f64, wait_p95_ms: f64) -> Judgement {
-        let loader = if wait_share >= self.bottleneck_wait_share {
+    /// The verdicts on `share` (a waiting or a device-idle share, as `by` says); stalls from
+    /// the batch-wait percentiles.
+    pub fn judge(
+        &self,
+        share: f64,
+        by: ClassifiedBy,
+        wait_p50_ms: f64,
+        wait_p95_ms: f64,
+    ) -> Judgement {
+        let loader = if share >= self.bottleneck_wait_share {
             LoaderVerdict::Bottleneck
-        } else if wait_share >= self.partial_wait_share {
+        } else if share >= self.partial_wait_share {
             LoaderVerdict::PartialBottleneck
         } else {
             LoaderVerdict::KeptUp
@@ -93,7 +138,9 @@ impl Thresholds {
             && wait_p95_ms > self.stall_p95_min_ms;
         Judgement {
             loader,
-            input_bound: self.input_bound(wait_share),
+            input_bound: self.input_bound(share),
+            share,
+            classified_by: by,
             stalls,
             thresholds: *self,
         }
@@ -104,19 +151,31 @@ impl Thresholds {
 mod tests {
     use super::*;
 
+    impl Thresholds {
+        fn judge_waiting(&self, share: f64, p50: f64, p95: f64) -> Judgement {
+            self.judge(share, ClassifiedBy::Waiting, p50, p95)
+        }
+    }
+
     #[test]
     fn the_wait_share_decides_against_the_thresholds() {
         let t = Thresholds::default();
-        assert_eq!(t.judge(0.5, 1.0, 1.0).loader, LoaderVerdict::Bottleneck);
         assert_eq!(
-            t.judge(0.1, 1.0, 1.0).loader,
+            t.judge_waiting(0.5, 1.0, 1.0).loader,
+            LoaderVerdict::Bottleneck
+        );
+        assert_eq!(
+            t.judge_waiting(0.1, 1.0, 1.0).loader,
             LoaderVerdict::PartialBottleneck
         );
-        assert_eq!(t.judge(0.099, 1.0, 1.0).loader, LoaderVerdict::KeptUp);
-        assert!(t.judge(0.0, 0.1, 2.0).stalls);
-        assert!(!t.judge(0.0, 0.1, 0.9).stalls, "under the ms floor");
+        assert_eq!(
+            t.judge_waiting(0.099, 1.0, 1.0).loader,
+            LoaderVerdict::KeptUp
+        );
+        assert!(t.judge_waiting(0.0, 0.1, 2.0).stalls);
+        assert!(!t.judge_waiting(0.0, 0.1, 0.9).stalls, "under the ms floor");
         assert!(
-            !t.judge(0.0, 1.0, 4.0).stalls,
+            !t.judge_waiting(0.0, 1.0, 4.0).stalls,
             "under five times the median"
         );
     }

@@ -15,7 +15,7 @@ mod steps;
 mod tables;
 
 pub use advice::{Headroom, PredictionCheck, WorkerPrediction, same_but_workers, wait_bound};
-pub use judge::{InputBound, Judgement, LoaderVerdict, Thresholds};
+pub use judge::{ClassifiedBy, InputBound, Judgement, LoaderVerdict, Thresholds};
 pub use profile::{ProfileSummary, SpanRow, StageCost};
 pub use scale::{ModelScale, ScaleGroup, ScalePoint};
 pub use stats::{
@@ -123,6 +123,9 @@ pub struct ConditionSummary {
     pub h2d_median_ms: f64,
     pub compute_median_ms: f64,
     pub step_median_ms: f64,
+    /// The device's busy time per step, median (on the CPU h2d + compute).
+    #[serde(default)]
+    pub device_median_ms: f64,
     pub wait_share: f64,
     /// Median over runs of [`RunSummary::device_idle`].
     pub device_idle_median: f64,
@@ -133,7 +136,7 @@ pub struct ConditionSummary {
     pub order_effect: OrderEffect,
     /// Whether the loader held training back, against the thresholds it states.
     pub judgement: Judgement,
-    /// 1 / (1 − wait_share): the most any loader change could speed this condition up.
+    /// 1 / (1 − the judged share): the most any loader change could speed this condition up.
     pub speedup_bound: f64,
     /// The throughput if data were free (its headroom run), when one ran.
     pub headroom: Option<Headroom>,
@@ -371,11 +374,19 @@ fn condition_summaries(
             pooled_of("batch_wait_p95_ms"),
         );
         let img_per_s = bootstrap(&[&values], seed ^ 0x100 ^ ci as u64, |s| median(&s[0]));
-        let headroom = raw
-            .meta
-            .condition(&c.name)
+        let meta = raw.meta.condition(&c.name);
+        let headroom = meta
             .and_then(|m| m.headroom.as_ref())
             .and_then(|h| Headroom::from_record(h, img_per_s.point));
+        let device_idle = median(&mine.iter().map(|r| r.device_idle).collect::<Vec<_>>());
+        // On an asynchronous device the host's waiting overlaps device work: judge by the
+        // device's idle share where device times exist.
+        let (share, by) =
+            if meta.is_some_and(|m| m.compute_device.asynchronous()) && device_idle.is_finite() {
+                (device_idle, ClassifiedBy::DeviceIdle)
+            } else {
+                (wait_share, ClassifiedBy::Waiting)
+            };
         summaries.push(ConditionSummary {
             condition: c.name.clone(),
             runs: mine.len(),
@@ -389,14 +400,15 @@ fn condition_summaries(
             h2d_median_ms: pooled_of("h2d_median_ms"),
             compute_median_ms: pooled_of("compute_median_ms"),
             step_median_ms: pooled_of("step_median_ms"),
+            device_median_ms: pooled_of("device_median_ms"),
             wait_share,
-            device_idle_median: median(&mine.iter().map(|r| r.device_idle).collect::<Vec<_>>()),
+            device_idle_median: device_idle,
             device_clock: checks::device_clock(raw, &c.name),
             startup_ms_median: median(&mine.iter().map(|r| r.startup_ms).collect::<Vec<_>>()),
             speedup,
             order_effect: checks::order_effect(&mine),
-            judgement: thresholds.judge(wait_share, p50, p95),
-            speedup_bound: wait_bound(wait_share),
+            judgement: thresholds.judge(share, by, p50, p95),
+            speedup_bound: wait_bound(share),
             headroom,
         });
     }

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::advice::same_but_workers;
-use super::{ConditionSummary, Estimate, InputBound, RunSummary, speedup};
+use super::{ClassifiedBy, ConditionSummary, Estimate, InputBound, RunSummary, speedup};
 use crate::plan::PlanCondition;
 
 /// One condition of a group.
@@ -15,6 +15,8 @@ use crate::plan::PlanCondition;
 pub struct ScalePoint {
     pub condition: String,
     pub workers: u64,
+    /// The share its class was judged on: waiting, or device idle on an asynchronous device
+    /// (the condition's `judgement.classified_by`).
     pub wait_share: f64,
     /// Median img/s over the group's fewest-workers condition's, with its 95 % CI (None for
     /// that condition itself).
@@ -30,7 +32,8 @@ pub struct ScaleGroup {
     pub label: String,
     /// The model as built (name, input, parameter count), when run.json records it.
     pub model: Option<String>,
-    /// Median compute time per step of the fewest-workers condition, ms.
+    /// Median compute time per step of the fewest-workers condition, ms (its device time
+    /// where the device runs asynchronously: CUDA, the stand-in).
     pub compute_ms: f64,
     /// Points in worker order; the first is the reference of the speed-ups.
     pub points: Vec<ScalePoint>,
@@ -135,7 +138,7 @@ pub fn model_scale(
                 ScalePoint {
                     condition: c.name.clone(),
                     workers: c.config.loader.workers,
-                    wait_share: s.wait_share,
+                    wait_share: s.judgement.share,
                     pays: ratio.as_ref().is_some_and(|r| r.low > 1.0),
                     speedup: ratio,
                 }
@@ -144,7 +147,12 @@ pub fn model_scale(
         groups.push(ScaleGroup {
             label: label(first),
             model: model_of(&first.name),
-            compute_ms: first_summary.compute_median_ms,
+            // On an asynchronous device the host's compute time is only the enqueue: the
+            // device's busy time is the step's compute.
+            compute_ms: match first_summary.judgement.classified_by {
+                ClassifiedBy::DeviceIdle => first_summary.device_median_ms,
+                ClassifiedBy::Waiting => first_summary.compute_median_ms,
+            },
             workers_pay: points.iter().any(|p| p.pays),
             input_bound: first_summary.judgement.input_bound,
             points,

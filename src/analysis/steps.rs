@@ -8,7 +8,7 @@ use super::AnalysisError;
 use crate::results::f64s;
 
 /// The step statistics computed per run and per condition, by column name.
-pub(super) const STAT_COLUMNS: [&str; 8] = [
+pub(super) const STAT_COLUMNS: [&str; 9] = [
     "batch_wait_median_ms",
     "batch_wait_p95_ms",
     "batch_wait_max_ms",
@@ -17,6 +17,7 @@ pub(super) const STAT_COLUMNS: [&str; 8] = [
     "step_median_ms",
     "wait_share",
     "device_ms_sum",
+    "device_median_ms",
 ];
 
 /// Step statistics grouped by `key` (`run`, or `condition` for pooled figures), with polars.
@@ -36,6 +37,7 @@ pub(super) fn step_stats(steps: DataFrame, key: &str) -> Result<DataFrame, Analy
             col("step_ms").median().alias(STAT_COLUMNS[5]),
             (col("batch_wait_ms").sum() / col("step_ms").sum()).alias(STAT_COLUMNS[6]),
             col("device_ms").sum().alias(STAT_COLUMNS[7]),
+            col("device_ms").median().alias(STAT_COLUMNS[8]),
         ])
         .sort([key], Default::default())
         .collect()?)

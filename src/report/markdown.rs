@@ -19,7 +19,7 @@ use Align::{Left, Right};
 pub fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> String {
     [
         title(raw),
-        format!("## Verdict\n\n{}\n\n", verdict(a, raw.meta.all_on_cpu())),
+        format!("## Verdict\n\n{}\n\n", verdict(a, &raw.meta)),
         search(raw),
         setup(raw),
         results(a),

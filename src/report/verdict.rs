@@ -2,8 +2,9 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::{Analysis, ConditionSummary, InputBound, LoaderVerdict};
+use crate::analysis::{Analysis, ClassifiedBy, ConditionSummary, InputBound, LoaderVerdict};
 use crate::format::{ms, pct, rate, ratio};
+use crate::results::RunMeta;
 
 /// One sentence per condition: its speed-up against the baseline, or no difference beyond
 /// noise.
@@ -44,31 +45,52 @@ fn speedups(out: &mut String, a: &Analysis, base: &ConditionSummary) {
     }
 }
 
-/// Every condition's input-bound class, with the thresholds it was judged against.
+/// Every condition's input-bound class, with the thresholds it was judged against and the
+/// share it was judged on.
 fn input_bound(out: &mut String, a: &Analysis) {
-    let Some(t) = a.conditions.first().map(|c| c.judgement.thresholds) else {
+    let Some(first) = a.conditions.first().map(|c| &c.judgement) else {
         return;
     };
+    let (t, by) = (first.thresholds, first.classified_by);
+    let mixed = a.conditions.iter().any(|c| c.judgement.classified_by != by);
     let classes: Vec<String> = a
         .conditions
         .iter()
         .map(|c| {
+            let j = &c.judgement;
+            let of = if mixed { j.classified_by.name() } else { "" };
             format!(
-                "{} {} ({})",
+                "{} {} ({}{}{of})",
                 c.condition,
-                c.judgement.input_bound.word(),
-                pct(c.wait_share)
+                j.input_bound.word(),
+                pct(j.share),
+                if mixed { " " } else { "" },
             )
         })
         .collect();
+    let what = if mixed {
+        "of the judged share".to_string()
+    } else {
+        by.what().to_string()
+    };
     let _ = write!(
         out,
-        " Input-bound (TensorFlow Profiler's classes: highly at {} or more of step time waiting \
-         for a batch, moderately at {} or more): {}.",
+        " Input-bound (TensorFlow Profiler's classes: highly at {} or more {what}, moderately \
+         at {} or more): {}.",
         threshold(t.highly_input_bound),
         threshold(t.moderately_input_bound),
         classes.join(", ")
     );
+    if a.conditions
+        .iter()
+        .any(|c| c.judgement.classified_by == ClassifiedBy::DeviceIdle)
+    {
+        out.push_str(
+            " The device ran asynchronously (the host only enqueued each step), so the host's \
+             waiting overlapped device work: the classes, the loader verdict and the bound on \
+             any loader speed-up are judged on the device's idle share, not the waiting share.",
+        );
+    }
 }
 
 /// The baseline's ceiling if data were free, and what it reached of it.
@@ -86,12 +108,37 @@ fn headroom(out: &mut String, base: &ConditionSummary) {
 }
 
 /// "waits 12 % of step time (highly input-bound)" for a measured neighbour.
-fn waits(share: f64, class: InputBound) -> String {
-    format!(
-        "waits {} of step time ({} input-bound)",
-        pct(share),
-        class.word()
-    )
+fn waits(share: f64, class: InputBound, by: ClassifiedBy) -> String {
+    match by {
+        ClassifiedBy::Waiting => format!(
+            "waits {} of step time ({} input-bound)",
+            pct(share),
+            class.word()
+        ),
+        ClassifiedBy::DeviceIdle => format!(
+            "leaves the device idle {} of the time ({} input-bound)",
+            pct(share),
+            class.word()
+        ),
+    }
+}
+
+/// What a stand-in run's emulated device assumes, as the verdict states it.
+pub const STAND_IN_ASSUMES: &str = " The step is a stand-in of declared device time, on an \
+emulated device: the host copies each batch into device memory (h2d), enqueues the step and goes \
+on; a device thread reads every byte of the batch, then sleeps until the step's time has passed \
+(holding no core, so the loader's workers have every core), starting each step when it was \
+enqueued or when the previous one ended; the host waits only when two steps already wait behind \
+the running one and at the end of the window — as a CUDA host does with one kernel per step. \
+What it does not model: the copy's PCIe time, and the real step's own host work (its Python and \
+kernel launches), which would compete with the workers for the cores.";
+
+/// Which share `condition` was judged on.
+fn judged_by(a: &Analysis, condition: &str) -> ClassifiedBy {
+    a.conditions
+        .iter()
+        .find(|c| c.condition == condition)
+        .map_or(ClassifiedBy::Waiting, |c| c.judgement.classified_by)
 }
 
 /// The predicted worker count and what the matrix says of it.
@@ -125,7 +172,10 @@ fn prediction(out: &mut String, a: &Analysis) {
         let seen: Vec<String> = p
             .measured
             .iter()
-            .map(|m| format!("{} {}", m.condition, waits(m.wait_share, m.input_bound)))
+            .map(|m| {
+                let by = judged_by(a, &m.condition);
+                format!("{} {}", m.condition, waits(m.wait_share, m.input_bound, by))
+            })
             .collect();
         let outcome = match p.confirmed {
             Some(true) => "; the prediction holds",
@@ -161,12 +211,15 @@ fn model_scale(out: &mut String, a: &Analysis) {
         let _ = write!(
             out,
             " Model compute against workers: from {} ({} ms of compute per step) the step's \
-             compute hides the loader: with {} worker(s) it waits {} of step time (not \
-             input-bound), and {}.",
+             compute hides the loader: with {} worker(s) it {}, and {}.",
             g.label,
             ms(g.compute_ms),
             first.workers,
-            pct(first.wait_share),
+            waits(
+                first.wait_share,
+                g.input_bound,
+                judged_by(a, &first.condition)
+            ),
             best(g)
         );
     }
@@ -228,32 +281,44 @@ fn threshold(share: f64) -> String {
     format!("{} %", (share * 1e8).round() / 1e6)
 }
 
-pub fn verdict(a: &Analysis, on_cpu: bool) -> String {
+pub fn verdict(a: &Analysis, meta: &RunMeta) -> String {
+    let on_cpu = meta.all_on_cpu();
     let mut out = String::new();
     let Some(base) = a.conditions.iter().find(|c| c.condition == a.baseline) else {
         return "No completed timed run: nothing to compare.".into();
     };
     speedups(&mut out, a, base);
     let t = &base.judgement.thresholds;
+    let judged = match base.judgement.classified_by {
+        ClassifiedBy::Waiting => String::new(),
+        ClassifiedBy::DeviceIdle => format!(
+            "; the device sat idle {} of the timed window",
+            pct(base.judgement.share)
+        ),
+    };
+    let waiting = match base.judgement.classified_by {
+        ClassifiedBy::Waiting => "waiting",
+        ClassifiedBy::DeviceIdle => "device idle",
+    };
     let _ = write!(
         out,
-        "At {} the training thread waited a median {} ms of a median {} ms step for data ({} of all step time): {}.",
+        "At {} the training thread waited a median {} ms of a median {} ms step for data ({} of all step time{judged}): {}.",
         base.condition,
         ms(base.batch_wait_p50_ms),
         ms(base.step_median_ms),
         pct(base.wait_share),
         match base.judgement.loader {
             LoaderVerdict::Bottleneck => format!(
-                "the loader was the bottleneck (at least {} waiting)",
+                "the loader was the bottleneck (at least {} {waiting})",
                 threshold(t.bottleneck_wait_share)
             ),
             LoaderVerdict::PartialBottleneck => format!(
-                "the loader was a partial bottleneck ({} to {} waiting)",
+                "the loader was a partial bottleneck ({} to {} {waiting})",
                 threshold(t.partial_wait_share),
                 threshold(t.bottleneck_wait_share)
             ),
             LoaderVerdict::KeptUp => format!(
-                "the loader kept up (under {} waiting)",
+                "the loader kept up (under {} {waiting})",
                 threshold(t.partial_wait_share)
             ),
         }
@@ -262,7 +327,7 @@ pub fn verdict(a: &Analysis, on_cpu: bool) -> String {
         .conditions
         .iter()
         .filter(|c| c.condition != base.condition)
-        .min_by(|x, y| x.wait_share.total_cmp(&y.wait_share))
+        .min_by(|x, y| x.judgement.share.total_cmp(&y.judgement.share))
     {
         let stalls = if best.judgement.stalls {
             format!(
@@ -291,13 +356,22 @@ pub fn verdict(a: &Analysis, on_cpu: bool) -> String {
         .map(|c| format!("{} at {}", pct(c.device_idle_median), c.condition))
         .collect();
     if !idle.is_empty() {
-        let device = if on_cpu { "training step" } else { "GPU" };
+        let device = if on_cpu {
+            "training step"
+        } else if meta.any_stand_in() {
+            "device"
+        } else {
+            "GPU"
+        };
         let clock = a.conditions.first().map_or("", |c| c.device_clock.as_str());
         let _ = write!(
             out,
             " Share of the timed window in which the {device} sat idle: {} (median over runs; busy time from {clock}).",
             idle.join(", ")
         );
+    }
+    if meta.any_stand_in() {
+        out.push_str(STAND_IN_ASSUMES);
     }
     if on_cpu {
         out.push_str(

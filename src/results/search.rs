@@ -45,6 +45,8 @@ pub struct TrialSetting {
     pub condition: String,
     /// Median img/s over the trial's rounds.
     pub img_per_s: f64,
+    /// The share its class was judged on: waiting, or device idle on an asynchronous device
+    /// (the condition's `judgement.classified_by`).
     pub wait_share: f64,
     pub input_bound: InputBound,
     /// Against the trial's best: the median of the per-round paired ratios of img/s, with

@@ -165,7 +165,7 @@ fn trial_settings(exp: &Experiment, knob: Knob, a: &Analysis, seed: u64) -> Vec<
                 value: knob.get(settings),
                 condition: c.condition.clone(),
                 img_per_s: c.img_per_s.point,
-                wait_share: c.wait_share,
+                wait_share: c.judgement.share,
                 input_bound: c.judgement.input_bound,
                 ratio_to_best: ratio.point,
                 ratio_low: ratio.low,
