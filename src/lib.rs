@@ -77,6 +77,9 @@ pub mod compare;
 // Task folders → one results folder.
 pub mod merge;
 
+// A user's torch.profiler trace, read in the report's terms.
+pub mod diagnose;
+
 // The plan as a Slurm job array.
 pub mod slurm;
 

@@ -3,6 +3,7 @@
 
 mod bench;
 mod compare;
+mod diagnose;
 mod exit;
 mod experiment;
 mod merge;
@@ -136,6 +137,11 @@ enum Command {
         #[arg(long = "fail-if", value_name = "GATE")]
         fail_if: Vec<String>,
     },
+    /// Is *my* job waiting for data? Read a torch.profiler trace (`.json`, `.json.gz`, or a
+    /// folder with one per rank): the waiting share per step with its CI, the GPU's idle share
+    /// when the trace has device work, the input-bound class and the bound on any loader
+    /// speed-up; writes report.md and result.json into --out (default reports/diagnose).
+    Diagnose(diagnose::DiagnoseArgs),
     /// Print the expanded conditions and the run order.
     Plan {
         #[arg(value_name = "FILE")]
@@ -196,6 +202,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Bench(args) => bench::bench(&args, &overrides, g),
         Command::Tune(args) => tune::tune(&args, &overrides, g),
         Command::Slurm(args) => slurm::slurm(&args, &overrides, g),
+        Command::Diagnose(args) => diagnose::diagnose(&args, g),
     }
 }
 

@@ -1,0 +1,343 @@
+//! `loaderlab diagnose`: is the user's own training job waiting for data? Read from a
+//! torch.profiler trace of it, in the report's own terms.
+//!
+//! Steps are the trace's `ProfilerStep#N` spans. The wait is the union, inside each step, of
+//! the spans that take a batch: the seed's `record_function("batch_wait")`, else PyTorch
+//! DataLoader's `enumerate(DataLoader)#…__next__`, or the span `--wait-span` names. Where the
+//! trace has device work (kernels, copies, memsets), the device's busy time inside each step is
+//! the union of those intervals, and — as in a run, where the device runs asynchronously — the
+//! class is judged on the device's idle share; otherwise on the waiting share. A folder holds
+//! one trace per rank.
+
+mod read;
+mod report;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use read::{BATCH_WAIT, DATALOADER_NEXT, ReadError, Span, Trace, WaitSpan, read};
+pub use report::{emit_experiment, headline, write_folder};
+
+use crate::analysis::{
+    ClassifiedBy, Estimate, InputBound, Thresholds, bootstrap, median, quantile, wait_bound,
+};
+
+/// p50 / p95 / max of a per-step figure, ms.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Distribution {
+    pub p50: f64,
+    pub p95: f64,
+    pub max: f64,
+}
+
+impl Distribution {
+    fn of(values: &[f64]) -> Distribution {
+        Distribution {
+            p50: median(values),
+            p95: quantile(values, 0.95),
+            max: values.iter().copied().fold(f64::NAN, f64::max),
+        }
+    }
+}
+
+/// One step as the trace shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepRow {
+    pub step_ms: f64,
+    pub wait_ms: f64,
+    /// The device's busy time inside the step (the union of its intervals), when the trace
+    /// has device work.
+    pub device_busy_ms: Option<f64>,
+}
+
+/// One trace (one rank) diagnosed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankDiagnosis {
+    /// "rank N" (the trace's `distributedInfo.rank`, else its place in the folder), or "the
+    /// job" for a single trace without a rank.
+    pub rank: String,
+    pub file: String,
+    pub events: u64,
+    pub steps: usize,
+    /// The span that measured the wait.
+    pub wait_span: String,
+    /// Σ wait / Σ step over the steps, with its 95 % bootstrap CI over steps.
+    pub waiting_share: Estimate,
+    /// 1 − Σ device busy / Σ step, with its CI, when the trace has device work.
+    pub device_idle: Option<Estimate>,
+    pub classified_by: ClassifiedBy,
+    pub input_bound: InputBound,
+    /// The share the class was judged on (the CI's point).
+    pub share: f64,
+    /// 1 / (1 − share): the most any loader change could speed the job up.
+    pub bound: f64,
+    pub step_ms: Distribution,
+    pub wait_ms: Distribution,
+    /// Median step time without its wait: the step's own time on the host.
+    pub step_without_wait_ms: f64,
+    /// Median device busy time per step, when the trace has device work.
+    pub device_busy_ms: Option<f64>,
+    /// The stand-in step this trace calls for: device busy time on a GPU trace, else the step
+    /// without waiting.
+    pub stand_in_step_ms: f64,
+    pub batch_size: Option<u64>,
+    pub rows: Vec<StepRow>,
+}
+
+/// Everything `diagnose` found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    pub trace: String,
+    pub ranks: Vec<RankDiagnosis>,
+    /// The rank with the longest median step (a folder of several ranks).
+    pub slowest: Option<String>,
+    pub thresholds: Thresholds,
+}
+
+/// Why `diagnose` could not answer (every case exits 2).
+#[derive(Debug, thiserror::Error)]
+pub enum DiagnoseError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("{0}: no trace files (*.json, *.json.gz) in the folder")]
+    EmptyFolder(String),
+    #[error("{0}: cannot list the folder: {1}")]
+    List(String, std::io::Error),
+    #[error(
+        "{0}: no ProfilerStep#N spans: record with torch.profiler.profile(schedule=...) and call \
+         prof.step() once per training step"
+    )]
+    NoSteps(String),
+    #[error("{path}: no span of waiting for data: looked for {looked}; {hint}")]
+    NoWait {
+        path: String,
+        looked: String,
+        hint: String,
+    },
+}
+
+/// The trace files of `path`: itself, or a folder's `*.json` / `*.json.gz`, sorted by name.
+pub fn trace_files(path: &Path) -> Result<Vec<PathBuf>, DiagnoseError> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let shown = path.display().to_string();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| DiagnoseError::List(shown.clone(), e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            p.is_file() && (name.ends_with(".json") || name.ends_with(".json.gz"))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(DiagnoseError::EmptyFolder(shown));
+    }
+    Ok(files)
+}
+
+/// Diagnose the trace or folder of traces at `path`.
+pub fn diagnose(
+    path: &Path,
+    wanted: &WaitSpan,
+    thresholds: Thresholds,
+) -> Result<Diagnosis, DiagnoseError> {
+    let files = trace_files(path)?;
+    let mut ranks = Vec::new();
+    let folder = path.is_dir();
+    for (k, file) in files.iter().enumerate() {
+        let trace = read(file, wanted)?;
+        let mut r = rank(file, k, &trace, wanted, thresholds)?;
+        if !folder && trace.rank.is_none() {
+            r.rank = "the job".into();
+        }
+        ranks.push(r);
+    }
+    let slowest = (ranks.len() > 1)
+        .then(|| {
+            ranks
+                .iter()
+                .max_by(|a, b| a.step_ms.p50.total_cmp(&b.step_ms.p50))
+                .map(|r| r.rank.clone())
+        })
+        .flatten();
+    Ok(Diagnosis {
+        trace: path.display().to_string(),
+        ranks,
+        slowest,
+        thresholds,
+    })
+}
+
+/// The union length of `spans` (sorted by start) clipped to `within`, µs.
+fn covered(spans: &[Span], within: Span, longest: f64) -> f64 {
+    // Spans are sorted by start: only those starting after `within.start − longest` reach in.
+    let from = spans.partition_point(|s| s.start < within.start - longest);
+    let mut total = 0.0;
+    let mut reach = within.start;
+    for s in &spans[from..] {
+        if s.start >= within.end {
+            break;
+        }
+        let (a, b) = (s.start.max(reach), s.end.min(within.end));
+        if b > a {
+            total += b - a;
+            reach = b;
+        }
+    }
+    total
+}
+
+/// Sorted by start, with the longest duration (for [`covered`]).
+fn sorted(spans: &[Span]) -> (Vec<Span>, f64) {
+    let mut v = spans.to_vec();
+    v.sort_by(|a, b| a.start.total_cmp(&b.start));
+    let longest = v.iter().map(|s| s.end - s.start).fold(0.0, f64::max);
+    (v, longest)
+}
+
+fn rank(
+    file: &Path,
+    k: usize,
+    trace: &Trace,
+    wanted: &WaitSpan,
+    thresholds: Thresholds,
+) -> Result<RankDiagnosis, DiagnoseError> {
+    let shown = file.display().to_string();
+    if trace.steps.is_empty() {
+        return Err(DiagnoseError::NoSteps(shown));
+    }
+    let Some((waits, wait_span)) = trace.waits(wanted) else {
+        let (looked, hint) = match wanted {
+            WaitSpan::Named(n) => (
+                format!("spans named {n:?} (--wait-span)"),
+                "check the name in the trace (Perfetto or chrome://tracing shows it)".to_string(),
+            ),
+            WaitSpan::Default => (
+                format!(
+                    "`{BATCH_WAIT}` (record_function) and `{DATALOADER_NEXT}` (PyTorch's DataLoader)"
+                ),
+                "wrap the batch fetch in torch.profiler.record_function(\"batch_wait\") or name \
+                 your own span with --wait-span NAME"
+                    .to_string(),
+            ),
+        };
+        return Err(DiagnoseError::NoWait {
+            path: shown,
+            looked,
+            hint,
+        });
+    };
+    let (waits, wait_longest) = sorted(waits);
+    let (device, device_longest) = sorted(&trace.device);
+    let has_device = !device.is_empty();
+    let rows: Vec<StepRow> = trace
+        .steps
+        .iter()
+        .map(|&s| StepRow {
+            step_ms: (s.end - s.start) / 1e3,
+            wait_ms: covered(&waits, s, wait_longest) / 1e3,
+            device_busy_ms: has_device.then(|| covered(&device, s, device_longest) / 1e3),
+        })
+        .collect();
+    let index: Vec<f64> = (0..rows.len()).map(|i| i as f64).collect();
+    let seed = 0xd1a9 ^ k as u64;
+    let share_of = |f: &dyn Fn(&StepRow) -> f64| {
+        bootstrap(&[&index], seed, |s| {
+            let (num, den) = s[0].iter().fold((0.0, 0.0), |(n, d), &i| {
+                let r = &rows[i as usize];
+                (n + f(r), d + r.step_ms)
+            });
+            if den > 0.0 { num / den } else { f64::NAN }
+        })
+    };
+    let waiting_share = share_of(&|r| r.wait_ms);
+    let device_idle =
+        has_device.then(|| share_of(&|r| r.step_ms - r.device_busy_ms.unwrap_or(0.0)));
+    let (share, classified_by) = match &device_idle {
+        Some(idle) => (idle.point, ClassifiedBy::DeviceIdle),
+        None => (waiting_share.point, ClassifiedBy::Waiting),
+    };
+    let col = |f: fn(&StepRow) -> f64| rows.iter().map(f).collect::<Vec<f64>>();
+    let without_wait = median(&col(|r| r.step_ms - r.wait_ms));
+    let device_busy_ms = has_device.then(|| median(&col(|r| r.device_busy_ms.unwrap_or(0.0))));
+    Ok(RankDiagnosis {
+        rank: format!("rank {}", trace.rank.unwrap_or(k as u64)),
+        file: shown,
+        events: trace.events,
+        steps: rows.len(),
+        wait_span,
+        waiting_share,
+        device_idle,
+        classified_by,
+        input_bound: thresholds.input_bound(share),
+        share,
+        bound: wait_bound(share),
+        step_ms: Distribution::of(&col(|r| r.step_ms)),
+        wait_ms: Distribution::of(&col(|r| r.wait_ms)),
+        step_without_wait_ms: without_wait,
+        device_busy_ms,
+        stand_in_step_ms: device_busy_ms.unwrap_or(without_wait),
+        batch_size: trace.batch_size(),
+        rows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(start: f64, end: f64) -> Span {
+        Span { start, end }
+    }
+
+    #[test]
+    fn a_gpu_trace_is_judged_on_the_device_idle_share() {
+        // Two 10 ms steps; the host waits 1 ms in each, the device is busy 6 ms of the first
+        // (two overlapping kernels: 4 + 3 − 1) and 8 ms of the second (a copy and a kernel).
+        let trace = Trace {
+            steps: vec![span(0.0, 10_000.0), span(10_000.0, 20_000.0)],
+            dataloader: vec![span(0.0, 1_000.0), span(10_000.0, 11_000.0)],
+            device: vec![
+                span(2_000.0, 6_000.0),
+                span(5_000.0, 8_000.0),
+                span(11_000.0, 15_000.0),
+                span(15_000.0, 19_000.0),
+            ],
+            ..Trace::default()
+        };
+        let r = rank(
+            Path::new("t.json"),
+            0,
+            &trace,
+            &WaitSpan::Default,
+            Thresholds::default(),
+        )
+        .unwrap();
+        assert_eq!(r.rows[0].device_busy_ms, Some(6.0));
+        assert_eq!(r.rows[1].device_busy_ms, Some(8.0));
+        assert!((r.waiting_share.point - 0.1).abs() < 1e-12);
+        let idle = r.device_idle.unwrap().point;
+        assert!((idle - 0.3).abs() < 1e-12, "{idle}");
+        assert_eq!(r.classified_by, ClassifiedBy::DeviceIdle);
+        assert_eq!(r.input_bound, InputBound::Highly);
+        assert!((r.share - 0.3).abs() < 1e-12);
+        // The stand-in step of a GPU trace is its device busy time.
+        assert_eq!(r.stand_in_step_ms, 7.0);
+    }
+
+    #[test]
+    fn covered_time_is_a_union_clipped_to_the_step() {
+        let spans = [
+            span(0.0, 4.0),
+            span(2.0, 6.0),
+            span(8.0, 12.0),
+            span(20.0, 21.0),
+        ];
+        assert_eq!(covered(&spans, span(1.0, 10.0), 4.0), 5.0 + 2.0);
+        assert_eq!(covered(&spans, span(6.0, 8.0), 4.0), 0.0);
+        assert_eq!(covered(&spans, span(0.0, 30.0), 4.0), 6.0 + 4.0 + 1.0);
+    }
+}
