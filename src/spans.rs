@@ -15,6 +15,11 @@ pub const BUILD_BATCH: &str = "build_batch";
 pub const GPU_CLOCK_ANCHOR: &str = "gpu_clock_anchor";
 /// The track name of the GPU spans added from CUDA events.
 pub const GPU_TRACK: &str = "GPU stream (CUDA events)";
+/// The track name of the same spans from the stand-in step's emulated device (its own marks:
+/// `gpu_h2d_copy` is its read of the batch, `gpu_step_kernels` its busy time).
+pub const EMULATED_TRACK: &str = "emulated device (stand-in step)";
+/// Every name a device track may have.
+pub const DEVICE_TRACKS: [&str; 2] = [GPU_TRACK, EMULATED_TRACK];
 /// GPU span: the step's host-to-device copy as the device ran it.
 pub const GPU_H2D: &str = "gpu_h2d_copy";
 /// GPU span: the step's kernels (forward, backward, Adam) as the device ran them.

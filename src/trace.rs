@@ -160,7 +160,11 @@ pub enum GpuTrackError {
 /// Add a GPU track to a finished Chrome trace: for each step, the copy and the kernels as the
 /// device ran them (`marks`, ms after the anchor event), placed at the host time of the
 /// [`GPU_CLOCK_ANCHOR`] span so GPU and CPU spans line up. The file is replaced atomically.
-pub fn add_gpu_track(path: &Path, marks: &[crate::train::StepMarks]) -> Result<(), GpuTrackError> {
+pub fn add_gpu_track(
+    path: &Path,
+    marks: &[crate::train::StepMarks],
+    track: &str,
+) -> Result<(), GpuTrackError> {
     let shown = path.display().to_string();
     let read_err = |message: String| GpuTrackError::Read {
         path: shown.clone(),
@@ -176,7 +180,7 @@ pub fn add_gpu_track(path: &Path, marks: &[crate::train::StepMarks]) -> Result<(
     let (origin_us, pid) = (anchor["ts"].as_f64().unwrap_or(0.0), anchor["pid"].clone());
     events.push(serde_json::json!({
         "ph": "M", "name": "thread_name", "pid": pid, "tid": GPU_TID,
-        "args": { "name": GPU_TRACK },
+        "args": { "name": track },
     }));
     let at = |ms: f64| origin_us + ms * 1e3;
     for (step, m) in marks.iter().enumerate() {
@@ -279,7 +283,7 @@ mod tests {
             compute_start_ms: 0.5,
             end_ms: 2.0,
         }];
-        add_gpu_track(&path, &marks).unwrap();
+        add_gpu_track(&path, &marks, GPU_TRACK).unwrap();
         let (spans, names) = read_trace(&path).unwrap();
         assert_eq!(names[&GPU_TID], GPU_TRACK);
         let gpu: Vec<_> = spans.iter().filter(|s| s.0 == GPU_TID).collect();
@@ -295,7 +299,7 @@ mod tests {
 
         std::fs::write(&path, "[]").unwrap();
         assert!(matches!(
-            add_gpu_track(&path, &marks),
+            add_gpu_track(&path, &marks, GPU_TRACK),
             Err(GpuTrackError::NoAnchor(_))
         ));
     }

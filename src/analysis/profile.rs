@@ -131,8 +131,9 @@ fn summarise_trace(path: &Path) -> Result<(f64, Vec<SpanRow>), AnalysisError> {
     let main = spans.iter().find(|s| s.1 == trace::BATCH_WAIT).map(|s| s.0);
     let gpu = names
         .iter()
-        .find(|(_, n)| n.as_str() == trace::GPU_TRACK)
-        .map(|(t, _)| *t);
+        .find(|(_, n)| trace::DEVICE_TRACKS.contains(&n.as_str()));
+    let device_track = gpu.map_or(trace::GPU_TRACK, |(_, n)| n.as_str());
+    let gpu = gpu.map(|(t, _)| *t);
     let track_of = |tid: u64| {
         if Some(tid) == main {
             0
@@ -154,7 +155,7 @@ fn summarise_trace(path: &Path) -> Result<(f64, Vec<SpanRow>), AnalysisError> {
         0.0
     };
     let mut rows = Vec::new();
-    for (t, track) in ["training thread", "workers (summed)", trace::GPU_TRACK]
+    for (t, track) in ["training thread", "workers (summed)", device_track]
         .into_iter()
         .enumerate()
     {

@@ -75,7 +75,7 @@ fn summary_table(a: &Analysis) -> String {
         .unwrap_or(9)
         .max(9);
     let mut out = format!(
-        "{:<width$}  {:>10}  {:>14}  {:>16}  {:>13}\n",
+        "{:<width$}  {:>10}  {:>14}  {:>16}  {:>13}  input-bound\n",
         "condition", "img/s", "speed-up", "batch_wait p50", "waiting share"
     );
     for c in &a.conditions {
@@ -83,13 +83,17 @@ fn summary_table(a: &Analysis) -> String {
             .speedup
             .as_ref()
             .map_or("baseline".to_string(), |s| ratio(s.ratio.point));
+        let j = &c.judgement;
         out.push_str(&format!(
-            "{:<width$}  {:>10}  {:>14}  {:>13} ms  {:>13}\n",
+            "{:<width$}  {:>10}  {:>14}  {:>13} ms  {:>13}  {} ({} {})\n",
             c.condition,
             rate(c.img_per_s.point),
             speed,
             sig(c.batch_wait_p50_ms),
-            pct(c.wait_share)
+            pct(c.wait_share),
+            j.input_bound.word(),
+            pct(j.share),
+            j.classified_by.name()
         ));
     }
     out

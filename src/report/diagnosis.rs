@@ -23,7 +23,15 @@ pub(super) fn headroom(a: &Analysis) -> String {
         ("ceiling if data were free, img/s".into(), Right),
         ("share of the ceiling".into(), Right),
         ("step without waiting, ms".into(), Right),
-        ("bound 1 / (1 − waiting share)".into(), Right),
+        (
+            format!(
+                "bound 1 / (1 − {})",
+                a.conditions
+                    .first()
+                    .map_or("waiting share", |c| c.judgement.classified_by.name())
+            ),
+            Right,
+        ),
         (format!("speed-up measured vs `{}`", a.baseline), Right),
     ]);
     for c in &a.conditions {

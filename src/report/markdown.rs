@@ -111,7 +111,17 @@ fn setup(raw: &Raw) -> String {
             ("transforms (per sample, CPU)", transforms(s)),
             ("batch size", s.loader.batch_size.to_string()),
             ("model", models(raw)),
-            ("optimizer", s.optimizer.describe()),
+            (
+                "optimizer",
+                if p.conditions
+                    .iter()
+                    .all(|c| c.config.model.stand_in_ms().is_some())
+                {
+                    "none (a stand-in step trains nothing)".to_string()
+                } else {
+                    s.optimizer.describe()
+                },
+            ),
             ("seed", e.seed.to_string()),
             (
                 "steps per run",

@@ -99,10 +99,11 @@ fn headroom(out: &mut String, base: &ConditionSummary) {
     let _ = write!(
         out,
         " If data were free (batches already on the device, replayed), {} would train at {} img/s; \
-         it reached {} of that ceiling, and its waiting share bounds any loader speed-up at {}.",
+         it reached {} of that ceiling, and its {} bounds any loader speed-up at {}.",
         base.condition,
         rate(h.img_per_s),
         pct(h.share_of_ceiling),
+        base.judgement.classified_by.name(),
         ratio(base.speedup_bound)
     );
 }

@@ -422,4 +422,7 @@ batch request to the device having finished all work. Writing each step's row (a
 microseconds) happens inside elapsed. On CUDA with pin_memory, batch_wait at workers = 0 is the \
 time to build the batch into the other of two page-locked buffers (never a wait for the device \
 to finish copying the previous batch); with workers it is the wait for a worker's batch. \
-Profiled runs are separate and never enter these figures.";
+With the stand-in step (model.kind = stand_in) h2d is the host's copy into \
+the emulated device's memory, compute is the enqueue (and any wait for a free queue slot), and \
+device is the emulated device's own busy time per step (from the step's start on its schedule to \
+its end). Profiled runs are separate and never enter these figures.";

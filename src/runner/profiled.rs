@@ -6,6 +6,7 @@ use super::setup::Setup;
 use super::{Outputs, RunError};
 use crate::config::ProtocolSection;
 use crate::loader::StageTotals;
+use crate::results::ComputeDevice;
 use crate::results::{TRACES_DIR, trace_file_name};
 use crate::trace::{self, Recording};
 use crate::train::DeviceStep;
@@ -62,7 +63,11 @@ pub(super) fn run(
     drop(session);
     recording.finish()?;
     if clock.on_device() {
-        trace::add_gpu_track(&path, &clock.read()?)?;
+        let track = match setup.compute_device {
+            ComputeDevice::StandIn => trace::EMULATED_TRACK,
+            _ => trace::GPU_TRACK,
+        };
+        trace::add_gpu_track(&path, &clock.read()?, track)?;
     }
     Ok(Profiled {
         trace: file,
