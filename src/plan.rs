@@ -8,39 +8,93 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Experiment, ReportSection, RunOrder, Settings};
+use crate::config::{Experiment, ProtocolSection, ReportSection, RunOrder, Settings};
 
 /// Mixed into the experiment seed so the run order does not share a stream with the data.
 const ORDER_STREAM: u64 = 0x6f72_6465_725f_7273;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(from = "PlanFile")]
 pub struct Plan {
     pub experiment: PlanExperiment,
     pub conditions: Vec<PlanCondition>,
     pub runs: Vec<PlannedRun>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The experiment-wide part of the plan: who it is, and the `[protocol]` and `[report]`
+/// sections, held once (they cannot vary between conditions).
+#[derive(Debug, Clone, Serialize)]
 pub struct PlanExperiment {
     pub name: String,
     pub description: String,
     pub file: String,
     pub seed: u64,
-    pub rounds: u64,
-    pub order: RunOrder,
-    pub warmup_steps: u64,
-    pub timed_steps: u64,
-    pub profile: bool,
-    pub profile_steps: u64,
-    /// A headroom run per condition (absent, so false, in folders written before it existed).
+    pub protocol: ProtocolSection,
+    pub report: ReportSection,
+}
+
+/// plan.json as every version wrote it: today `protocol` and `report` sections; before, the
+/// protocol's fields flat beside the name (without `headroom` in the first folders, which had
+/// no headroom run) and no `report` (then it is the first condition's).
+#[derive(Deserialize)]
+struct PlanFile {
+    experiment: PlanExperimentFile,
+    conditions: Vec<PlanCondition>,
+    runs: Vec<PlannedRun>,
+}
+
+#[derive(Deserialize)]
+struct PlanExperimentFile {
+    name: String,
     #[serde(default)]
-    pub headroom: bool,
+    description: String,
     #[serde(default)]
-    pub headroom_steps: u64,
-    /// The experiment-wide `[report]` settings (absent in folders written before it was
-    /// recorded here; see [`Plan::report`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub report: Option<ReportSection>,
+    file: String,
+    seed: u64,
+    protocol: Option<ProtocolSection>,
+    report: Option<ReportSection>,
+    rounds: Option<u64>,
+    order: Option<RunOrder>,
+    warmup_steps: Option<u64>,
+    timed_steps: Option<u64>,
+    profile: Option<bool>,
+    profile_steps: Option<u64>,
+    headroom: Option<bool>,
+    headroom_steps: Option<u64>,
+}
+
+impl From<PlanFile> for Plan {
+    fn from(f: PlanFile) -> Plan {
+        let e = f.experiment;
+        let d = ProtocolSection::default();
+        let protocol = e.protocol.unwrap_or(ProtocolSection {
+            warmup_steps: e.warmup_steps.unwrap_or(d.warmup_steps),
+            timed_steps: e.timed_steps.unwrap_or(d.timed_steps),
+            rounds: e.rounds.unwrap_or(d.rounds),
+            order: e.order.unwrap_or(d.order),
+            profile: e.profile.unwrap_or(d.profile),
+            profile_steps: e.profile_steps.unwrap_or(d.profile_steps),
+            // Folders from before the headroom run existed had none.
+            headroom: e.headroom.unwrap_or(false),
+            headroom_steps: e.headroom_steps.unwrap_or(0),
+        });
+        let report = e
+            .report
+            .or_else(|| f.conditions.first().map(|c| c.config.report.clone()))
+            .unwrap_or_default();
+        Plan {
+            experiment: PlanExperiment {
+                name: e.name,
+                description: e.description,
+                file: e.file,
+                seed: e.seed,
+                protocol,
+                report,
+            },
+            conditions: f.conditions,
+            runs: f.runs,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -114,15 +168,8 @@ pub fn build(exp: &Experiment) -> Plan {
             description: s.experiment.description.clone(),
             file: exp.file.display().to_string(),
             seed: s.experiment.seed,
-            rounds: p.rounds,
-            order: p.order,
-            warmup_steps: p.warmup_steps,
-            timed_steps: p.timed_steps,
-            profile: p.profile,
-            profile_steps: p.profile_steps,
-            headroom: p.headroom,
-            headroom_steps: p.headroom_steps,
-            report: Some(s.report.clone()),
+            protocol: p.clone(),
+            report: s.report.clone(),
         },
         conditions: exp
             .conditions
@@ -138,26 +185,27 @@ pub fn build(exp: &Experiment) -> Plan {
 }
 
 impl Plan {
-    /// The experiment-wide report settings (from the first condition in older folders; the
-    /// section cannot vary between conditions).
-    pub fn report(&self) -> ReportSection {
-        self.experiment
-            .report
-            .clone()
-            .or_else(|| self.conditions.first().map(|c| c.config.report.clone()))
-            .unwrap_or_default()
+    /// The experiment-wide report settings.
+    pub fn report(&self) -> &ReportSection {
+        &self.experiment.report
+    }
+
+    /// The experiment-wide protocol.
+    pub fn protocol(&self) -> &ProtocolSection {
+        &self.experiment.protocol
     }
 
     /// A person's view of the plan.
     pub fn to_text(&self) -> String {
         use std::fmt::Write;
         let e = &self.experiment;
+        let p = &e.protocol;
         let mut out = String::new();
         let _ = writeln!(out, "experiment {} ({})", e.name, e.file);
         if !e.description.is_empty() {
             let _ = writeln!(out, "  {}", e.description);
         }
-        let order = match e.order {
+        let order = match p.order {
             RunOrder::Alternate => "alternate (reversed in odd rounds)",
             RunOrder::Fixed => "fixed",
             RunOrder::Shuffled => "shuffled (seeded)",
@@ -165,22 +213,22 @@ impl Plan {
         let _ = writeln!(
             out,
             "  seed {}; {} warm-up + {} timed steps per run; {} rounds, order {order}",
-            e.seed, e.warmup_steps, e.timed_steps, e.rounds
+            e.seed, p.warmup_steps, p.timed_steps, p.rounds
         );
-        if e.profile {
+        if p.profile {
             let _ = writeln!(
                 out,
                 "  profiled run: {} steps per condition, separate from the timed runs",
-                e.profile_steps
+                p.profile_steps
             );
         }
-        if e.headroom {
+        if p.headroom {
             let _ = writeln!(
                 out,
                 "  headroom run: {} steps per condition on batches already on the device \
                  (the throughput if data were free), split over the rounds, each share after \
                  its round's timed runs",
-                e.headroom_steps
+                p.headroom_steps
             );
         }
         let width = self
@@ -224,6 +272,66 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn plan_json(experiment: serde_json::Value) -> Plan {
+        serde_json::from_value(serde_json::json!({
+            "experiment": experiment,
+            "conditions": [{
+                "name": "default",
+                "overrides": {},
+                "config": {"report": {"baseline": "from the condition"}}
+            }],
+            "runs": []
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn every_plan_json_layout_reads() {
+        // Today's: the sections once.
+        let protocol = ProtocolSection {
+            timed_steps: 7,
+            ..ProtocolSection::default()
+        };
+        let plan = Plan {
+            experiment: PlanExperiment {
+                name: "e".into(),
+                description: String::new(),
+                file: "e.toml".into(),
+                seed: 1,
+                protocol: protocol.clone(),
+                report: ReportSection::default(),
+            },
+            conditions: Vec::new(),
+            runs: Vec::new(),
+        };
+        let back: Plan = serde_json::from_str(&serde_json::to_string(&plan).unwrap()).unwrap();
+        assert_eq!(back.experiment.protocol, protocol);
+        // The first layout: the protocol flat, no headroom (there was no headroom run), the
+        // report only in the conditions.
+        let old = plan_json(serde_json::json!({
+            "name": "e", "description": "", "file": "e.toml", "seed": 1, "rounds": 2,
+            "order": "fixed", "warmup_steps": 3, "timed_steps": 4, "profile": false,
+            "profile_steps": 5
+        }));
+        let p = old.protocol();
+        assert_eq!((p.rounds, p.warmup_steps, p.timed_steps), (2, 3, 4));
+        assert_eq!(
+            (p.order, p.profile, p.profile_steps),
+            (RunOrder::Fixed, false, 5)
+        );
+        assert!(!p.headroom);
+        assert_eq!(old.report().baseline, "from the condition");
+        // The second: headroom and the report beside the flat protocol.
+        let mid = plan_json(serde_json::json!({
+            "name": "e", "seed": 1, "rounds": 3, "order": "alternate", "warmup_steps": 40,
+            "timed_steps": 100, "profile": true, "profile_steps": 20, "headroom": true,
+            "headroom_steps": 30, "report": {"baseline": "workers=0"}
+        }));
+        assert!(mid.protocol().headroom);
+        assert_eq!(mid.protocol().headroom_steps, 30);
+        assert_eq!(mid.report().baseline, "workers=0");
+    }
 
     #[test]
     fn alternate_reverses_odd_rounds() {

@@ -75,7 +75,7 @@ pub fn verify(dir: &Path) -> Vec<Check> {
             e.to_string(),
         )),
     }
-    if raw.plan.experiment.profile {
+    if raw.plan.protocol().profile {
         out.extend(traces(&raw));
     }
     out
@@ -93,7 +93,7 @@ fn column_i64(df: &polars::prelude::DataFrame, name: &str) -> Vec<i64> {
 /// Runs = conditions × rounds, each planned run exactly once.
 fn runs_cover_the_plan(raw: &Raw) -> Check {
     let plan = &raw.plan;
-    let expected_runs = plan.conditions.len() as u64 * plan.experiment.rounds;
+    let expected_runs = plan.conditions.len() as u64 * plan.protocol().rounds;
     let run_ids = column_i64(&raw.runs, "run");
     let mut seen: BTreeMap<i64, usize> = BTreeMap::new();
     for r in &run_ids {
@@ -126,7 +126,7 @@ fn runs_cover_the_plan(raw: &Raw) -> Check {
         format!(
             "{} conditions × {} rounds = {expected_runs}; runs.csv has {} rows{}{}",
             plan.conditions.len(),
-            plan.experiment.rounds,
+            plan.protocol().rounds,
             run_ids.len(),
             listed("missing", format!("{missing:?}")),
             listed("duplicated", format!("{duplicated:?}")),
@@ -137,7 +137,7 @@ fn runs_cover_the_plan(raw: &Raw) -> Check {
 /// steps.csv rows = runs × timed_steps, steps 0..timed_steps in each run (a prefix of them in
 /// an interrupted run).
 fn steps_cover_the_runs(raw: &Raw, interrupted: &[i64]) -> Check {
-    let timed = raw.plan.experiment.timed_steps as i64;
+    let timed = raw.plan.protocol().timed_steps as i64;
     let run_ids = column_i64(&raw.runs, "run");
     let step_runs = column_i64(&raw.steps, "run");
     let steps = column_i64(&raw.steps, "step");
@@ -223,7 +223,7 @@ fn fingerprints(a: &Analysis) -> Check {
 
 /// Traces: valid JSON with profile_steps spans of each stage on the training thread.
 fn traces(raw: &Raw) -> Vec<Check> {
-    let want = raw.plan.experiment.profile_steps as usize;
+    let want = raw.plan.protocol().profile_steps as usize;
     raw.meta
         .conditions
         .iter()

@@ -356,7 +356,7 @@ fn condition_summaries(
     let ips = |runs: &[&RunSummary]| -> Vec<f64> { runs.iter().map(|r| r.img_per_s).collect() };
     let base_runs = of(baseline);
     let base_ips = ips(&base_runs);
-    let thresholds = Thresholds::from_report(&raw.plan.report());
+    let thresholds = Thresholds::from_report(raw.plan.report());
     let mut summaries = Vec::new();
     for (ci, c) in raw.plan.conditions.iter().enumerate() {
         let mine = of(&c.name);

@@ -128,7 +128,7 @@ pub(super) fn profiles(raw: &Raw, a: &Analysis) -> String {
          [Perfetto](https://ui.perfetto.dev) (\"Open trace file\") or `chrome://tracing`: the training \
          thread (`main`) shows `batch_wait`, `h2d_transfer` and `forward_backward_adam` for each step, \
          and each loader worker has its own `loader-worker-N` track with one `build_batch` span per batch.\n\n",
-        raw.plan.experiment.profile_steps
+        raw.plan.protocol().profile_steps
     );
     md.push_str(&stages(a));
     for prof in &a.profiles {

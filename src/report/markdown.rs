@@ -127,19 +127,19 @@ fn setup(raw: &Raw) -> String {
                 "steps per run",
                 format!(
                     "{} warm-up (untimed) + {} timed",
-                    e.warmup_steps, e.timed_steps
+                    e.protocol.warmup_steps, e.protocol.timed_steps
                 ),
             ),
             (
                 "rounds, order",
-                format!("{}, {:?}", e.rounds, e.order).to_lowercase(),
+                format!("{}, {:?}", e.protocol.rounds, e.protocol.order).to_lowercase(),
             ),
             (
                 "profiled run",
-                if e.profile {
+                if e.protocol.profile {
                     format!(
                         "{} steps per condition, separate from the timed runs",
-                        e.profile_steps
+                        e.protocol.profile_steps
                     )
                 } else {
                     "off".into()
