@@ -128,7 +128,11 @@ pub fn preview(
         .collect();
     let originals: Vec<(ImageShape, &[u8])> =
         originals.iter().map(|(s, p)| (*s, p.as_slice())).collect();
-    draw_grid(&png, n, [&originals, &augmented])?;
+    let columns: Vec<String> = samples
+        .iter()
+        .map(|s| format!("#{} · label {}", s.index, s.label))
+        .collect();
+    draw_grid(&png, &columns, [&originals, &augmented])?;
     written.push(png);
     Ok(written)
 }
@@ -136,9 +140,20 @@ pub fn preview(
 /// Images are drawn at most this many pixels wide or high (larger ones are sampled).
 const CELL_MAX: usize = 128;
 
-/// The PNG: one column per sample, one row per stage (original, augmented). Small images are
-/// magnified, large ones sampled down to fit a cell.
-fn draw_grid(png: &Path, n: usize, rows: [&[(ImageShape, &[u8])]; 2]) -> anyhow::Result<()> {
+/// Space for the row labels (left) and the column captions (top).
+const ROW_LABEL: u32 = 96;
+const CAPTION: u32 = 22;
+
+/// The PNG: one column per sample (captioned with its dataset index and label), one row per
+/// stage (labelled original and augmented). Small images are magnified, large ones sampled down
+/// to fit a cell.
+fn draw_grid(
+    png: &Path,
+    columns: &[String],
+    rows: [&[(ImageShape, &[u8])]; 2],
+) -> anyhow::Result<()> {
+    crate::report::charts::style::register_font();
+    let n = columns.len();
     let longest = rows
         .iter()
         .flat_map(|r| r.iter().map(|(s, _)| s.height.max(s.width)))
@@ -151,14 +166,32 @@ fn draw_grid(png: &Path, n: usize, rows: [&[(ImageShape, &[u8])]; 2]) -> anyhow:
     } else {
         (112 / longest).clamp(1, 4) as u32
     };
-    let cell = (longest.div_ceil(step)) as u32 * scale + 4;
-    let width = (cell * n.max(1) as u32).max(cell);
-    let root = BitMapBackend::new(png, (width, 2 * cell)).into_drawing_area();
-    root.fill(&RGBColor(40, 40, 40))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Wide enough for its caption too.
+    let cell = ((longest.div_ceil(step)) as u32 * scale + 4).max(110);
+    let width = ROW_LABEL + (cell * n.max(1) as u32).max(cell);
+    let height = CAPTION + 2 * cell;
+    let root = BitMapBackend::new(png, (width, height)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("{e}");
+    root.fill(&RGBColor(40, 40, 40)).map_err(|e| err(&e))?;
+    let font = ("sans-serif", 13)
+        .into_font()
+        .color(&RGBColor(235, 235, 235));
+    for (k, caption) in columns.iter().enumerate() {
+        let x = (ROW_LABEL + k as u32 * cell + 4) as i32;
+        root.draw(&Text::new(caption.as_str(), (x, 4), font.clone()))
+            .map_err(|e| err(&e))?;
+    }
+    for (row, name) in ["original", "augmented"].iter().enumerate() {
+        let y = (CAPTION + row as u32 * cell + cell / 2 - 7) as i32;
+        root.draw(&Text::new(*name, (8, y), font.clone()))
+            .map_err(|e| err(&e))?;
+    }
     for (row, images) in rows.iter().enumerate() {
         for (k, (shape, img)) in images.iter().enumerate() {
-            let (x0, y0) = (k as u32 * cell + 2, row as u32 * cell + 2);
+            let (x0, y0) = (
+                ROW_LABEL + k as u32 * cell + 2,
+                CAPTION + row as u32 * cell + 2,
+            );
             let plane = shape.plane();
             for (dy, y) in (0..shape.height).step_by(step).enumerate() {
                 for (dx, x) in (0..shape.width).step_by(step).enumerate() {
@@ -172,7 +205,7 @@ fn draw_grid(png: &Path, n: usize, rows: [&[(ImageShape, &[u8])]; 2]) -> anyhow:
                         ],
                         RGBColor(at(0), at(1), at(2)).filled(),
                     );
-                    root.draw(&rect).map_err(|e| anyhow::anyhow!("{e}"))?;
+                    root.draw(&rect).map_err(|e| err(&e))?;
                 }
             }
         }

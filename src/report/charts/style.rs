@@ -58,6 +58,9 @@ macro_rules! mesh {
         $chart
             .configure_mesh()
             .light_line_style(crate::report::charts::style::GRID_LIGHT)
+            // One minor line between major ones (plotters draws up to ten by default: a line
+            // every 0.01 on a 0–1 axis).
+            .max_light_lines(1)
             .bold_line_style(crate::report::charts::style::GRID_BOLD)
             .label_style(crate::report::charts::style::LABEL)
             .axis_desc_style(crate::report::charts::style::LABEL)
