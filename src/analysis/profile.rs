@@ -70,18 +70,42 @@ fn stage_costs(t: &StageTotals, batch_size: usize) -> Vec<StageCost> {
         us_per_image: batch_ms * 1e3 / batch_size as f64,
         share: batch_ms / loader_ms,
     };
-    let mut stages = Vec::new();
-    let mut inside_ms = 0.0;
+    let mut inside: Vec<(&str, u64, f64, bool)> = Vec::new();
     for (i, name) in t.stages.iter().enumerate() {
         let (count, ns) = (t.count[i], t.ns[i]);
         if count == 0 {
             continue;
         }
-        let batch_ms = if t.is_per_batch(i) {
+        let per_batch = t.is_per_batch(i);
+        let batch_ms = if per_batch {
             ns as f64 / count as f64 / 1e6
         } else {
             ns as f64 / count as f64 / 1e6 * batch_size as f64
         };
+        inside.push((name, count, batch_ms, per_batch));
+    }
+    // The whole build is timed on every batch; the per-image stages on a sample of images,
+    // scaled up. A preempted sampled image can carry that estimate past the whole: then the
+    // per-image stages are scaled down to the room the build leaves them (a ratio estimate),
+    // so no share exceeds what was measured.
+    let sum = |per_batch: bool| -> f64 {
+        inside
+            .iter()
+            .filter(|s| s.3 == per_batch)
+            .map(|s| s.2)
+            .sum()
+    };
+    let (sampled_ms, exact_ms) = (sum(false), sum(true));
+    let room = (build_ms - exact_ms).max(0.0);
+    let fit = if sampled_ms > room && sampled_ms > 0.0 {
+        room / sampled_ms
+    } else {
+        1.0
+    };
+    let mut stages = Vec::new();
+    let mut inside_ms = 0.0;
+    for (name, count, batch_ms, per_batch) in inside {
+        let batch_ms = if per_batch { batch_ms } else { batch_ms * fit };
         inside_ms += batch_ms;
         stages.push(cost(name, count, batch_ms));
     }
@@ -187,4 +211,52 @@ fn summarise_trace(path: &Path) -> Result<(f64, Vec<SpanRow>), AnalysisError> {
         }
     }
     Ok((window_ms, rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn totals(per_image_ns: [u64; 2], build_ns: u64) -> StageTotals {
+        // 2 batches of 4 images; one image in 2 timed per stage (4 samples); the fingerprint
+        // on both batches.
+        StageTotals {
+            stages: vec![
+                "read_decode".into(),
+                "cpu_work".into(),
+                "fingerprint".into(),
+            ],
+            count: vec![4, 4, 2],
+            ns: vec![per_image_ns[0], per_image_ns[1], 2_000_000],
+            batches: 2,
+            build_ns,
+            queue_waits: 0,
+            queue_full_ns: 0,
+            sample_every: 2,
+        }
+    }
+
+    #[test]
+    fn stages_and_the_rest_make_up_the_whole_build() {
+        // Per batch: read 4 × 0.5 ms, work 4 × 2 ms, fingerprint 1 ms: 11 of a 12 ms build.
+        let s = stage_costs(&totals([2_000_000, 8_000_000], 24_000_000), 4);
+        let share = |n: &str| s.iter().find(|c| c.stage == n).unwrap().share;
+        assert!((share("cpu_work") - 8.0 / 12.0).abs() < 1e-12);
+        assert!((share("other") - 1.0 / 12.0).abs() < 1e-12);
+        assert!((s.iter().map(|c| c.share).sum::<f64>() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_sample_past_the_whole_build_is_fitted_to_it() {
+        // The sampled images say 4 × 0.5 + 4 × 4 = 18 ms per batch of a 10 ms build, of which
+        // the fingerprint (every batch) takes 1: the per-image stages share the other 9 in
+        // their sampled proportions, nothing is left for `other`.
+        let s = stage_costs(&totals([2_000_000, 16_000_000], 20_000_000), 4);
+        let share = |n: &str| s.iter().find(|c| c.stage == n).unwrap().share;
+        assert!((share("fingerprint") - 0.1).abs() < 1e-12);
+        assert!((share("read_decode") - 0.9 * 2.0 / 18.0).abs() < 1e-12);
+        assert!((share("cpu_work") - 0.9 * 16.0 / 18.0).abs() < 1e-12);
+        assert_eq!(share("other"), 0.0);
+        assert!((s.iter().map(|c| c.share).sum::<f64>() - 1.0).abs() < 1e-12);
+    }
 }

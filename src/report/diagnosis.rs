@@ -273,7 +273,9 @@ fn stages(a: &Analysis) -> String {
          fingerprint, the rest of `build_batch` (`other`), and `queue_full`, the time a worker \
          sat blocked because every buffer of the loader held a batch waiting to be consumed. Shares \
          are of the loader's time per batch (the build + `queue_full`). Timed on the monotonic \
-         clock: per-image stages on one image in {}, the rest on every batch. The trace draws \
+         clock: per-image stages on one image in {}, the rest on every batch (where a sampled \
+         image was preempted and the sample overshoots the whole build, the per-image stages are \
+         scaled down to it). The trace draws \
          the first image of each batch as spans inside `build_batch`; a span costs about as \
          much as a whole stage, so the figures never come from spans.\n\n{}\n",
         crate::spans::STAGE_SAMPLE,
