@@ -67,6 +67,7 @@ pub fn verify(dir: &Path) -> Vec<Check> {
         Ok(a) => out.extend([
             compare_result(dir, a),
             compare_summary(dir, a),
+            headline_matches(dir, a),
             fingerprints(a),
         ]),
         Err(e) => out.push(check(
@@ -79,6 +80,17 @@ pub fn verify(dir: &Path) -> Vec<Check> {
         out.extend(traces(&raw));
     }
     out
+}
+
+/// report.md opens with the headline rebuilt from the recomputed figures.
+fn headline_matches(dir: &Path, a: &Analysis) -> Check {
+    let name = "report.md's headline recomputed from the raw rows";
+    let want = format!("**{}**", crate::report::headline(a));
+    match std::fs::read_to_string(dir.join(crate::results::REPORT_MD)) {
+        Ok(md) if md.contains(&want) => check(name, true, "the same sentence"),
+        Ok(_) => check(name, false, format!("report.md lacks {want}")),
+        Err(e) => check(name, false, format!("report.md: {e}")),
+    }
 }
 
 /// A column of the runs or steps table (empty when it cannot be read: the counts then fail).

@@ -196,6 +196,12 @@ fn identical_conditions_give_a_ci_containing_one() {
         loaderlab::report::verdict(&a, &Raw::load(dir.path()).unwrap().meta)
             .contains("no difference beyond noise")
     );
+    // The headline says so too, with the ratio's CI.
+    let headline = loaderlab::report::headline(&a);
+    assert!(
+        headline.contains("shows no difference beyond noise") && headline.contains("95 % CI"),
+        "{headline}"
+    );
 }
 
 #[test]

@@ -31,31 +31,10 @@ pub struct Headroom {
 
 impl Headroom {
     pub fn from_record(r: &HeadroomRecord, measured_img_per_s: f64) -> Option<Headroom> {
-        if r.elapsed_s <= 0.0 || r.steps == 0 {
-            return None;
-        }
-        // The median segment's rate and step time (folders written before segments: the
-        // whole run as one segment).
-        let whole = [(r.steps, r.images, r.elapsed_s)];
-        let segments = if r.segments.is_empty() {
-            &whole[..]
-        } else {
-            &r.segments[..]
-        };
-        let rates: Vec<f64> = segments
-            .iter()
-            .filter(|s| s.2 > 0.0)
-            .map(|s| s.1 as f64 / s.2)
-            .collect();
-        let steps_ms: Vec<f64> = segments
-            .iter()
-            .filter(|s| s.0 > 0)
-            .map(|s| s.2 * 1e3 / s.0 as f64)
-            .collect();
-        let img_per_s = median(&rates);
+        let (img_per_s, step_ms) = r.ceiling()?;
         Some(Headroom {
             img_per_s,
-            step_ms: median(&steps_ms),
+            step_ms,
             step_median_ms: median(&r.step_ms),
             share_of_ceiling: measured_img_per_s / img_per_s,
         })

@@ -61,6 +61,7 @@ pub(super) fn run(
     )?;
     print!("{}", summary_table(&analysis));
     println!("report: {}", out.join(REPORT_MD).display());
+    println!("{}", crate::report::headline(&analysis));
     Ok(())
 }
 

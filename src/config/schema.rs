@@ -512,6 +512,8 @@ pub struct ReportSection {
     pub highly_input_bound: f64,
     /// … and *moderately* input-bound (5 %).
     pub moderately_input_bound: f64,
+    /// Also write report.html: report.md as one self-contained page (charts inline).
+    pub html: bool,
 }
 
 impl Default for ReportSection {
@@ -522,6 +524,7 @@ impl Default for ReportSection {
             formats: vec![ImageFormat::Svg, ImageFormat::Png],
             highly_input_bound: 0.20,
             moderately_input_bound: 0.05,
+            html: true,
         }
     }
 }

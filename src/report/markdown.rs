@@ -19,6 +19,7 @@ use Align::{Left, Right};
 pub fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> String {
     [
         title(raw),
+        super::headline::markdown(a, &raw.meta.notices),
         format!("## Verdict\n\n{}\n\n", verdict(a, &raw.meta)),
         search(raw),
         setup(raw),

@@ -4,10 +4,13 @@
 
 pub mod charts;
 mod diagnosis;
+mod headline;
+mod html;
 mod markdown;
 mod table;
 mod verdict;
 
+pub use headline::headline;
 pub use verdict::verdict;
 
 use std::path::Path;
@@ -16,7 +19,8 @@ use serde::Serialize;
 
 use crate::analysis::{self, Analysis, AnalysisError};
 use crate::results::{
-    CHARTS_DIR, CONFIG_TOML, Environment, REPORT_MD, RESULT_JSON, Raw, RunMeta, write_atomic,
+    CHARTS_DIR, CONFIG_TOML, Environment, REPORT_HTML, REPORT_MD, RESULT_JSON, Raw, RunMeta,
+    write_atomic,
 };
 
 /// Everything `result.json` holds.
@@ -69,5 +73,21 @@ pub fn build(dir: &Path) -> Result<Analysis, AnalysisError> {
         path,
         message: e.to_string(),
     })?;
+    let path = dir.join(REPORT_HTML);
+    if formats.html {
+        let title = format!(
+            "{}: is the training step waiting for data?",
+            raw.plan.experiment.name
+        );
+        write_atomic(&path, html::page(&md, dir, &title).as_bytes()).map_err(|e| {
+            AnalysisError::File {
+                path,
+                message: e.to_string(),
+            }
+        })?;
+    } else if path.exists() {
+        // A page left from an earlier build would contradict the rebuilt report.
+        let _ = std::fs::remove_file(&path);
+    }
     Ok(analysis)
 }

@@ -125,6 +125,39 @@ pub struct HeadroomRecord {
 }
 
 impl HeadroomRecord {
+    /// The ceiling: the median segment's rate (img/s) and step time (ms), or `None` for an
+    /// empty record. Folders written before segments: the whole run as one segment.
+    pub fn ceiling(&self) -> Option<(f64, f64)> {
+        if self.elapsed_s <= 0.0 || self.steps == 0 {
+            return None;
+        }
+        let whole = [(self.steps, self.images, self.elapsed_s)];
+        let segments = if self.segments.is_empty() {
+            &whole[..]
+        } else {
+            &self.segments[..]
+        };
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            match v.len() {
+                0 => f64::NAN,
+                n if n % 2 == 1 => v[n / 2],
+                n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+            }
+        };
+        let rates = segments
+            .iter()
+            .filter(|s| s.2 > 0.0)
+            .map(|s| s.1 as f64 / s.2)
+            .collect();
+        let steps_ms = segments
+            .iter()
+            .filter(|s| s.0 > 0)
+            .map(|s| s.2 * 1e3 / s.0 as f64)
+            .collect();
+        Some((median(rates), median(steps_ms)))
+    }
+
     /// Add a later part of the same condition's headroom (the runner runs one per round).
     pub fn absorb(&mut self, later: HeadroomRecord) {
         self.batches = self.batches.max(later.batches);

@@ -44,6 +44,8 @@ pub const STEPS_PARQUET: &str = "steps.parquet";
 pub const RESULT_JSON: &str = "result.json";
 /// Written by the report: the human-readable answer.
 pub const REPORT_MD: &str = "report.md";
+/// report.md as one self-contained page (`[report] html = true`, the default).
+pub const REPORT_HTML: &str = "report.html";
 /// Written by the report: the charts, SVG and PNG.
 pub const CHARTS_DIR: &str = "charts";
 /// Written by `tune`: the search that chose a setting ([`SearchRecord`]).

@@ -83,14 +83,15 @@ impl Reporter for Terminal {
     }
 
     fn headroom(&self, condition: &str, r: &HeadroomRecord) {
-        let rate = if r.elapsed_s > 0.0 {
-            r.images as f64 / r.elapsed_s
-        } else {
-            0.0
-        };
+        // The figure the report uses: the median segment's rate.
+        let rate = r.ceiling().map_or(0.0, |(rate, _)| rate);
         eprintln!(
-            "headroom {condition}: {rate:.1} img/s with data free ({} steps on {} replayed batches)",
-            r.steps, r.batches
+            "headroom {condition}: {} img/s with data free (median of {} segments; {} steps on \
+             {} replayed batches)",
+            crate::format::rate(rate),
+            r.segments.len().max(1),
+            r.steps,
+            r.batches
         );
     }
 }

@@ -1,0 +1,152 @@
+//! The answer at a glance: one sentence for the baseline and the best condition, then one
+//! short finding per judgement (headroom, prediction, order effect, warnings), each with its
+//! figure. Rendered from the analysis like every other figure, so `verify` can rebuild it
+//! from the raw rows and find it in report.md.
+
+use crate::analysis::{Analysis, ClassifiedBy, ConditionSummary};
+use crate::format::{pct, rate, ratio};
+
+/// "is highly input-bound (31.50 % of step time waiting for a batch)".
+fn class_of(c: &ConditionSummary) -> String {
+    let j = &c.judgement;
+    let what = match j.classified_by {
+        ClassifiedBy::Waiting => "of step time waiting for a batch",
+        ClassifiedBy::DeviceIdle => "of the window with the device idle",
+    };
+    format!(
+        "is {} input-bound ({} {what})",
+        j.input_bound.word(),
+        pct(j.share)
+    )
+}
+
+/// The one sentence that answers the experiment's question, without markup.
+pub fn headline(a: &Analysis) -> String {
+    let Some(base) = a.conditions.iter().find(|c| c.condition == a.baseline) else {
+        return "No completed timed run: nothing to answer.".into();
+    };
+    let best = a
+        .conditions
+        .iter()
+        .filter(|c| c.condition != base.condition)
+        .max_by(|x, y| x.img_per_s.point.total_cmp(&y.img_per_s.point));
+    let Some(best) = best else {
+        return format!("{} {}.", base.condition, class_of(base));
+    };
+    let against = match &best.speedup {
+        Some(s) if s.beyond_noise => {
+            let r = &s.ratio;
+            let (word, factor) = if r.point >= 1.0 {
+                ("faster", r.point)
+            } else {
+                ("slower", 1.0 / r.point)
+            };
+            format!(
+                "{} trains {} {word} ({} vs {} img/s, 95 % CI of the ratio {}–{})",
+                best.condition,
+                ratio(factor),
+                rate(best.img_per_s.point),
+                rate(base.img_per_s.point),
+                ratio(r.low),
+                ratio(r.high)
+            )
+        }
+        Some(s) => format!(
+            "{}, the fastest other condition, shows no difference beyond noise ({}, 95 % CI {}–{})",
+            best.condition,
+            ratio(s.ratio.point),
+            ratio(s.ratio.low),
+            ratio(s.ratio.high)
+        ),
+        None => format!("{} has no speed-up measured", best.condition),
+    };
+    format!(
+        "{} {}; {against}, and {}.",
+        base.condition,
+        class_of(base),
+        class_of(best)
+    )
+}
+
+/// One sentence per finding, each with its figure.
+pub fn findings(a: &Analysis, notices: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let base = a.conditions.iter().find(|c| c.condition == a.baseline);
+    if let Some((base, h)) = base.and_then(|b| b.headroom.as_ref().map(|h| (b, h))) {
+        out.push(format!(
+            "Headroom: if data were free {} would train at {} img/s; it reached {} of that \
+             ceiling, and no loader change can speed it up more than {}.",
+            base.condition,
+            rate(h.img_per_s),
+            pct(h.share_of_ceiling),
+            ratio(base.speedup_bound)
+        ));
+    }
+    if let Some(p) = &a.prediction {
+        let outcome = match p.confirmed {
+            Some(true) => "the matrix bears it out",
+            Some(false) => "the matrix does not bear it out",
+            None => "no neighbouring worker counts were measured to check it",
+        };
+        out.push(format!(
+            "Prediction: {} worker(s) ({} ms of loader work per batch over a {} ms step); {outcome}.",
+            p.workers,
+            crate::format::ms(p.loader_ms_per_batch),
+            crate::format::ms(p.step_ms)
+        ));
+    }
+    let flagged: Vec<&ConditionSummary> = a
+        .conditions
+        .iter()
+        .filter(|c| c.order_effect.flagged)
+        .collect();
+    if flagged.is_empty() {
+        out.push(
+            "Order effect: none beyond the spread of runs in the same position (no condition \
+             ran faster or slower for going first)."
+                .into(),
+        );
+    } else {
+        let list: Vec<String> = flagged
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} (runs in later positions {} img/s from those in first position)",
+                    c.condition,
+                    c.order_effect
+                        .difference
+                        .map_or("–".to_string(), crate::format::sig)
+                )
+            })
+            .collect();
+        out.push(format!(
+            "Order effect: flagged for {}; compare within rounds (the paired ratios) rather than \
+             across positions.",
+            list.join(", ")
+        ));
+    }
+    // The order effect's own warnings are the finding above.
+    let others: Vec<&String> = a
+        .warnings
+        .iter()
+        .filter(|w| !w.starts_with("order effect"))
+        .chain(notices)
+        .collect();
+    if let Some(first) = others.first() {
+        out.push(format!(
+            "Warnings: {} more, listed under Warnings below; the first: {first}",
+            others.len()
+        ));
+    }
+    out
+}
+
+/// The markdown block that opens the report: the headline in bold, then the findings.
+pub fn markdown(a: &Analysis, notices: &[String]) -> String {
+    let mut md = format!("**{}**\n\n", headline(a));
+    for f in findings(a, notices) {
+        md.push_str(&format!("- {f}\n"));
+    }
+    md.push('\n');
+    md
+}
