@@ -9,6 +9,7 @@ mod advice;
 mod checks;
 mod judge;
 mod profile;
+mod resources;
 mod scale;
 mod stats;
 mod steps;
@@ -17,6 +18,7 @@ mod tables;
 pub use advice::{Headroom, PredictionCheck, WorkerPrediction, same_but_workers, wait_bound};
 pub use judge::{ClassifiedBy, InputBound, Judgement, LoaderVerdict, Thresholds};
 pub use profile::{ProfileSummary, SpanRow, StageCost};
+pub use resources::Resources;
 pub use scale::{ModelScale, ScaleGroup, ScalePoint};
 pub use stats::{
     BOOTSTRAP_RESAMPLES, CONFIDENCE, Estimate, bootstrap, median, paired_ratio, quantile,
@@ -85,6 +87,17 @@ pub struct RunSummary {
     /// elapsed): from CUDA events on a GPU, from the step's own timers on the CPU.
     pub device_idle: f64,
     pub interrupted: bool,
+    /// runs.csv's resource figures over the timed window (NaN in older folders).
+    #[serde(default)]
+    pub process_cpu_s: f64,
+    #[serde(default)]
+    pub workers_cpu_s: f64,
+    #[serde(default)]
+    pub training_cpu_s: f64,
+    #[serde(default)]
+    pub peak_rss_mib: f64,
+    #[serde(default)]
+    pub page_cache_resident: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -140,6 +153,9 @@ pub struct ConditionSummary {
     pub speedup_bound: f64,
     /// The throughput if data were free (its headroom run), when one ran.
     pub headroom: Option<Headroom>,
+    /// Memory, CPU and the step's slowdown under the loader's load.
+    #[serde(default)]
+    pub resources: Option<Resources>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -210,6 +226,29 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
         ));
     }
     for c in &conditions {
+        if let Some(w) = c
+            .resources
+            .as_ref()
+            .and_then(|r| resources::inflation_warning(&c.condition, r))
+        {
+            warnings.push(w);
+        }
+        let cold = raw.plan.conditions.iter().any(|p| {
+            p.name == c.condition && p.config.dataset.page_cache == crate::config::PageCache::Cold
+        });
+        if let Some(r) = c
+            .resources
+            .as_ref()
+            .filter(|r| cold && r.page_cache_resident > 0.05)
+        {
+            warnings.push(format!(
+                "{}: dataset.page_cache = \"cold\", but {} of the dataset's pages were still \
+                 in the page cache as the timed windows opened (median): this filesystem \
+                 ignores POSIX_FADV_DONTNEED (a tmpfs does), so reads were not cold",
+                c.condition,
+                crate::format::pct(r.page_cache_resident)
+            ));
+        }
         if let Some(h) = c.headroom.as_ref().filter(|h| h.share_of_ceiling > 1.05) {
             warnings.push(format!(
                 "{}: its timed runs reached {} of the headroom ceiling: the headroom run (one, \
@@ -292,6 +331,10 @@ fn run_summaries(raw: &Raw, warnings: &mut Vec<String>) -> Result<Vec<RunSummary
         f64s(r, "img_per_s")?,
         bools(r, "interrupted")?,
     );
+    let used: Vec<Vec<f64>> = crate::results::RUN_RESOURCE_COLUMNS
+        .iter()
+        .map(|c| f64s(r, c))
+        .collect::<Result<_, _>>()?;
     let mut runs = Vec::new();
     for i in 0..run_ids.len() {
         let Some(&k) = stat_index.get(&run_ids[i]) else {
@@ -325,6 +368,11 @@ fn run_summaries(raw: &Raw, warnings: &mut Vec<String>) -> Result<Vec<RunSummary
             wait_share: stat("wait_share"),
             device_idle: idle_fraction(stat("device_ms_sum"), elapsed[i] * 1e3),
             interrupted: interrupted[i],
+            process_cpu_s: used[0][i],
+            workers_cpu_s: used[1][i],
+            training_cpu_s: used[2][i],
+            peak_rss_mib: used[3][i],
+            page_cache_resident: used[4][i],
         });
     }
     Ok(runs)
@@ -343,7 +391,12 @@ fn condition_summaries(
         .iter()
         .map(|r| complete_ids.contains(r))
         .collect();
-    let pooled = step_stats(raw.steps.filter(&mask)?, "condition")?;
+    let timed_steps = raw.steps.filter(&mask)?;
+    let (step_conditions, step_compute) = (
+        strs(&timed_steps, "condition")?,
+        f64s(&timed_steps, "compute_ms")?,
+    );
+    let pooled = step_stats(timed_steps, "condition")?;
     let pooled_names = strs(&pooled, "condition")?;
     let pooled_cols = stat_columns(&pooled)?;
     let of = |name: &str| -> Vec<&RunSummary> {
@@ -410,6 +463,19 @@ fn condition_summaries(
             judgement: thresholds.judge(share, by, p50, p95),
             speedup_bound: wait_bound(share),
             headroom,
+            resources: Some(resources::of(
+                &mine,
+                &step_compute
+                    .iter()
+                    .zip(&step_conditions)
+                    .filter(|(_, n)| **n == c.name)
+                    .map(|(v, _)| *v)
+                    .collect::<Vec<_>>(),
+                meta.filter(|m| m.compute_device != crate::results::ComputeDevice::StandIn)
+                    .and_then(|m| m.headroom.as_ref())
+                    .map(|h| &h.step_ms[..]),
+                seed ^ 0x1f1a ^ ci as u64,
+            )),
         });
     }
     Ok(summaries)

@@ -116,6 +116,21 @@ pub enum CacheMode {
     Decoded,
 }
 
+/// The page cache under the dataset's files at each timed window's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PageCache {
+    /// Untouched: whatever the page cache holds (after the first epoch, usually everything
+    /// that fits).
+    AsIs,
+    /// Every file read once before each timed window, so the page cache holds the dataset
+    /// (as far as memory allows; the measured residency says how far).
+    Warm,
+    /// Every file of the dataset dropped from it (`posix_fadvise(DONTNEED)`) before each
+    /// timed window: reads cost what the disk costs.
+    Cold,
+}
+
 /// What a corrupt or unreadable image does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -177,6 +192,9 @@ pub struct DatasetSection {
     /// Decode only the region a leading `random_resized_crop` keeps (baseline JPEG; no output
     /// pixel changes); false decodes every image whole, as torchvision does.
     pub roi_decode: bool,
+    /// Image folder read per sample: the page cache under its files at each timed window's
+    /// start: "as_is", "warm" (every file read first) or "cold" (every file dropped first).
+    pub page_cache: PageCache,
 }
 
 impl Default for DatasetSection {
@@ -197,6 +215,7 @@ impl Default for DatasetSection {
             cache: CacheMode::None,
             on_error: OnError::Fail,
             roi_decode: true,
+            page_cache: PageCache::AsIs,
         }
     }
 }
@@ -562,6 +581,7 @@ choice!(DatasetKind: FashionMnist, Mnist, Cifar10, ImageFolder, Synthetic);
 choice!(ColorMode: Rgb, L);
 choice!(CacheMode: None, Encoded, Decoded);
 choice!(OnError: Fail, Skip);
+choice!(PageCache: AsIs, Warm, Cold);
 choice!(Encoding: Raw, Jpeg, Png);
 choice!(Split: Train, Test);
 choice!(ModelKind: SmallCnn, Cnn, Resnet, Mlp, StandIn);
@@ -580,6 +600,7 @@ pub fn choices(path: &str) -> Option<Vec<String>> {
         "dataset.mode" => ColorMode::words(),
         "dataset.cache" => CacheMode::words(),
         "dataset.on_error" => OnError::words(),
+        "dataset.page_cache" => PageCache::words(),
         "dataset.encoding" => Encoding::words(),
         "model.kind" => ModelKind::words(),
         "model.stem" => Stem::words(),

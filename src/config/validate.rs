@@ -3,8 +3,8 @@
 
 use super::problem::KeyPath;
 use super::schema::{
-    ColorMode, DatasetKind, DeviceKind, ModelSection, OptimizerKind, OptimizerSection, Settings,
-    Split, TransformSpec,
+    CacheMode, ColorMode, DatasetKind, DeviceKind, ModelSection, OptimizerKind, OptimizerSection,
+    PageCache, Settings, Split, TransformSpec,
 };
 use crate::net::{self, ModelInput};
 use crate::shape::ImageShape;
@@ -68,6 +68,16 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
 fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let mut bad = |path: KeyPath, message: String| out.push((path, message));
     let key = |section: &str, name: &str| KeyPath::keys([section, name]);
+    let per_file = s.dataset.kind == DatasetKind::ImageFolder && s.dataset.cache == CacheMode::None;
+    if s.dataset.page_cache != PageCache::AsIs && !per_file {
+        bad(
+            key("dataset", "page_cache"),
+            "\"warm\" and \"cold\" apply to an image folder read per sample (kind = \
+             \"image_folder\", cache = \"none\"): every other dataset is held in memory once \
+             opened, so no file is read during a timed window"
+                .to_string(),
+        );
+    }
     if s.dataset.kind == DatasetKind::Synthetic {
         if !(1..=100).contains(&s.dataset.quality) {
             bad(

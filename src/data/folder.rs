@@ -298,6 +298,13 @@ impl Dataset for ImageFolder {
     fn len(&self) -> usize {
         self.samples.len()
     }
+    fn files(&self) -> Vec<PathBuf> {
+        if self.cache == CacheMode::None {
+            self.samples.iter().map(|(p, _)| p.clone()).collect()
+        } else {
+            Vec::new()
+        }
+    }
     fn label(&self, index: usize) -> u8 {
         self.samples[index].1
     }

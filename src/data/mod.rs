@@ -10,6 +10,7 @@ mod download;
 mod folder;
 mod idx;
 mod mnist;
+pub mod page_cache;
 mod synthetic;
 
 use std::path::PathBuf;
@@ -78,6 +79,11 @@ pub trait Dataset: Send + Sync {
     /// Whether reading an image decodes it (image files, encoded synthetic images).
     fn decodes(&self) -> bool {
         false
+    }
+    /// The files the loader reads during a run (an image folder read per sample); empty for
+    /// a dataset held in memory once opened.
+    fn files(&self) -> Vec<PathBuf> {
+        Vec::new()
     }
     /// The encoded file of image `index` (JPEG, PNG, …) when the dataset decodes, for
     /// measuring another decoder on the same bytes.

@@ -24,6 +24,7 @@ pub fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> S
         search(raw),
         setup(raw),
         results(a),
+        super::resources::section(a, raw.meta.environment.cores),
         headroom(a),
         model_scale(a),
         runs(a),

@@ -19,7 +19,10 @@ pub use environment::Environment;
 pub use folder::{Partial, partial_dir, promote, write_atomic, write_json};
 pub use meta::{ComputeDevice, ConditionMeta, HeadroomRecord, RunMeta, TaskInfo};
 pub use read::{Raw, bools, f64s, i64s, read_csv, read_json, strs};
-pub use records::{CsvAppender, RUN_COLUMNS, RunRecord, STEP_COLUMNS, StepRecord, csv_field};
+pub use records::{
+    CsvAppender, RUN_COLUMNS, RUN_RESOURCE_COLUMNS, RunRecord, STEP_COLUMNS, StepRecord, csv_field,
+    run_header,
+};
 pub use search::{InputBound, SearchRecord, Trial, TrialSetting};
 
 use std::path::PathBuf;

@@ -8,8 +8,8 @@ use polars::prelude::*;
 use serde::Deserialize;
 
 use super::{
-    PLAN_JSON, RUN_COLUMNS, RUN_JSON, RUNS_CSV, ResultsError, RunMeta, SEARCH_JSON, STEP_COLUMNS,
-    STEPS_CSV, SearchRecord,
+    PLAN_JSON, RUN_COLUMNS, RUN_JSON, RUN_RESOURCE_COLUMNS, RUNS_CSV, ResultsError, RunMeta,
+    SEARCH_JSON, STEP_COLUMNS, STEPS_CSV, SearchRecord,
 };
 use crate::plan::Plan;
 
@@ -69,7 +69,15 @@ impl Raw {
                 .with_column(Column::new("device_ms".into(), nan))
                 .map_err(|e| read_err(&steps_path, e))?;
         }
-        let runs = read_csv(&dir.join(RUNS_CSV), &["condition", "device"])?;
+        let mut runs = read_csv(&dir.join(RUNS_CSV), &["condition", "device"])?;
+        for name in RUN_RESOURCE_COLUMNS {
+            if runs.column(name).is_err() {
+                // Folders from before resource figures: NaN, everything else stands.
+                let nan = vec![f64::NAN; runs.height()];
+                runs.with_column(Column::new(name.into(), nan))
+                    .map_err(|e| read_err(&dir.join(RUNS_CSV), e))?;
+            }
+        }
         for (df, name, needed) in [
             (&steps, STEPS_CSV, &STEP_COLUMNS[..]),
             (&runs, RUNS_CSV, &RUN_COLUMNS[..]),

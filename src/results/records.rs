@@ -35,6 +35,27 @@ pub const RUN_COLUMNS: [&str; 11] = [
     "interrupted",
 ];
 
+/// runs.csv's resource columns (absent, so NaN, in folders written before them): CPU time of
+/// the process, of the loader's workers and of the rest (training) over the timed window, s,
+/// the peak resident memory inside it, MiB, and the share of the dataset's files the page
+/// cache held as it opened (NaN for a dataset held in memory).
+pub const RUN_RESOURCE_COLUMNS: [&str; 5] = [
+    "process_cpu_s",
+    "workers_cpu_s",
+    "training_cpu_s",
+    "peak_rss_mib",
+    "page_cache_resident",
+];
+
+/// runs.csv's header: the required columns, then the resource columns.
+pub fn run_header() -> Vec<&'static str> {
+    RUN_COLUMNS
+        .iter()
+        .chain(RUN_RESOURCE_COLUMNS.iter())
+        .copied()
+        .collect()
+}
+
 /// One timed step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepRecord {
@@ -69,6 +90,8 @@ pub struct RunRecord {
     pub img_per_s: f64,
     pub device: String,
     pub interrupted: bool,
+    /// [`RUN_RESOURCE_COLUMNS`], in order.
+    pub resources: [f64; 5],
 }
 
 /// A CSV field, quoted when it holds a comma, quote or line break.
@@ -104,7 +127,7 @@ impl StepRecord {
 impl RunRecord {
     pub fn to_csv(&self) -> String {
         format!(
-            "{},{},{},{},{},{:.6},{:.9},{},{:.6},{},{}\n",
+            "{},{},{},{},{},{:.6},{:.9},{},{:.6},{},{},{:.6},{:.6},{:.6},{:.3},{:.6}\n",
             self.run,
             csv_field(&self.condition),
             self.round,
@@ -115,7 +138,12 @@ impl RunRecord {
             self.images,
             self.img_per_s,
             csv_field(&self.device),
-            self.interrupted
+            self.interrupted,
+            self.resources[0],
+            self.resources[1],
+            self.resources[2],
+            self.resources[3],
+            self.resources[4]
         )
     }
 }

@@ -11,6 +11,7 @@
 mod headroom;
 mod profiled;
 pub mod progress;
+mod resources;
 mod session;
 pub mod setup;
 mod timed;
@@ -26,8 +27,8 @@ use crate::config::{Experiment, resolved_toml};
 use crate::loader::LoaderError;
 use crate::plan::Plan;
 use crate::results::{
-    CONFIG_TOML, ConditionMeta, CsvAppender, Environment, PLAN_JSON, Partial, RUN_COLUMNS,
-    RUN_JSON, RUNS_CSV, ResultsError, RunMeta, RunRecord, STEP_COLUMNS, STEPS_CSV, StepRecord,
+    CONFIG_TOML, ConditionMeta, CsvAppender, Environment, PLAN_JSON, Partial, RUN_JSON, RUNS_CSV,
+    ResultsError, RunMeta, RunRecord, STEP_COLUMNS, STEPS_CSV, StepRecord, run_header,
 };
 use crate::trace::{self, TraceError};
 use crate::train::{DeviceStep, InitialWeights, StandIn, Trainer};
@@ -110,7 +111,7 @@ impl Outputs {
         };
         Ok(Outputs {
             steps_csv: appender(STEPS_CSV, &STEP_COLUMNS)?,
-            runs_csv: appender(RUNS_CSV, &RUN_COLUMNS)?,
+            runs_csv: appender(RUNS_CSV, &run_header())?,
             partial,
             reporter,
         })

@@ -1,10 +1,12 @@
 //! A timed run: warm-up, then every step timed on a monotonic clock and written to `steps.csv`
 //! as it is measured (on the CPU; on CUDA after the window, once the device's events are read).
 
-use crate::config::ProtocolSection;
+use crate::config::{PageCache, ProtocolSection};
+use crate::data::page_cache;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use super::resources::Meter;
 use super::session::Session;
 use super::setup::Setup;
 use super::{INTERRUPTED, Outputs, RunError};
@@ -45,6 +47,19 @@ pub(super) fn run(
     let mut interrupted = false;
     let mut clock = session.clock();
     clock.anchor()?;
+    // The page cache under the dataset's files as the window opens: dropped first when
+    // `dataset.page_cache = "cold"`, filled first when "warm" (the workers may already be
+    // reading ahead meanwhile).
+    let files = setup.data.dataset.files();
+    match setup.settings().dataset.page_cache {
+        PageCache::Cold => {
+            page_cache::evict(&files);
+        }
+        PageCache::Warm => page_cache::warm(&files),
+        PageCache::AsIs => {}
+    }
+    let resident = page_cache::resident(&files).unwrap_or(f64::NAN);
+    let meter = Meter::start();
     let window = Instant::now();
     let stream_now = !clock.on_device();
     for step in 0..p.timed_steps as usize {
@@ -72,6 +87,7 @@ pub(super) fn run(
     }
     session.synchronize()?;
     let elapsed_s = window.elapsed().as_secs_f64();
+    let used = meter.stop();
     bar.finish_and_clear();
     if !stream_now {
         // On CUDA the rows wait for the device's event times and the losses, read only now
@@ -99,6 +115,13 @@ pub(super) fn run(
         },
         device: setup.device_name.clone(),
         interrupted,
+        resources: [
+            used.process_cpu_s,
+            used.workers_cpu_s,
+            used.training_cpu_s,
+            used.peak_rss_mib,
+            resident,
+        ],
     };
     out.run(&record)?;
     Ok(Timed {

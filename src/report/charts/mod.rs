@@ -5,6 +5,7 @@
 
 mod batch_wait;
 mod model_scale;
+mod resources;
 mod stages;
 mod step_time;
 pub(crate) mod style;
@@ -27,7 +28,7 @@ pub struct ChartSpec {
 }
 
 /// Every chart, in report order.
-pub const CHARTS: [ChartSpec; 6] = [
+pub const CHARTS: [ChartSpec; 7] = [
     ChartSpec {
         name: "throughput",
         caption: "Throughput per condition: bar = median of rounds, dots = runs, whisker = 95 % bootstrap CI of the median.",
@@ -47,6 +48,10 @@ pub const CHARTS: [ChartSpec; 6] = [
     ChartSpec {
         name: "stages",
         caption: "The loader's work per image by stage, from each profiled run's stage clocks (per-image stages timed on one image in 8; per-batch stages divided by the batch size). The time workers sat idle with a full queue is in the table above, not here.",
+    },
+    ChartSpec {
+        name: "resources",
+        caption: "What each condition cost the machine: peak resident memory inside the timed window (top) and cores busy, the process's CPU time over the window's wall time (bottom); medians over its timed runs.",
     },
     ChartSpec {
         name: "model_scale",
@@ -148,6 +153,7 @@ pub fn draw_all(
         let absent = match spec.name {
             "model_scale" => data.analysis.model_scale.is_none(),
             "stages" => stages::stage_names(data).is_empty(),
+            "resources" => !resources::drawn(data),
             _ => false,
         };
         if absent {
@@ -173,6 +179,14 @@ pub fn draw_all(
                     140 + 44 * stages::stage_names(data).len() as u32
                 ),
                 stages::draw,
+                data
+            ),
+            "resources" => render!(
+                dir,
+                spec.name,
+                formats,
+                (wide.0, 640),
+                resources::draw,
                 data
             ),
             "model_scale" => render!(
