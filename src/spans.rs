@@ -30,6 +30,9 @@ pub const STEP_SPANS: [&str; 3] = [BATCH_WAIT, H2D_TRANSFER, FORWARD_BACKWARD_AD
 /// Loader span on a worker's track: waiting for a free batch buffer, i.e. every batch it may
 /// have in flight is built and waiting to be consumed (its queue is full).
 pub const QUEUE_FULL: &str = "queue_full";
+/// Loader stage: a batch's wait for emulated storage (`[dataset.storage]`), timed on every
+/// batch.
+pub const STORAGE: &str = "storage";
 /// Loader stage span: reading one image (and decoding it, for encoded data).
 pub const READ_DECODE: &str = "read_decode";
 /// Loader stage span: to_tensor and normalize, writing the image into the batch buffer.

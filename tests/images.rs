@@ -215,6 +215,7 @@ fn config(workers: usize) -> LoaderConfig {
         drop_last: true,
         persistent_workers: true,
         seed: 5,
+        read_ahead: 1,
     }
 }
 

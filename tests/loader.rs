@@ -64,6 +64,7 @@ fn config(workers: usize) -> LoaderConfig {
         drop_last: true,
         persistent_workers: true,
         seed: 3,
+        read_ahead: 1,
     }
 }
 

@@ -33,6 +33,20 @@ fn run(dir: &Path, name: &str, text: &str) -> PathBuf {
     out
 }
 
+/// One CSV line's fields (a quoted field may hold commas).
+fn split_csv(line: &str) -> Vec<String> {
+    let (mut fields, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    fields.push(cur);
+    fields
+}
+
 /// runs.csv as (condition, column → value) rows.
 fn runs(out: &Path) -> Vec<(String, std::collections::HashMap<String, f64>)> {
     let text = std::fs::read_to_string(out.join("runs.csv")).unwrap();
@@ -40,7 +54,8 @@ fn runs(out: &Path) -> Vec<(String, std::collections::HashMap<String, f64>)> {
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     lines
         .map(|l| {
-            let fields: Vec<&str> = l.split(',').collect();
+            let fields = split_csv(l);
+            let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
             let condition = fields[header.iter().position(|h| *h == "condition").unwrap()];
             let values = header
                 .iter()
@@ -229,4 +244,160 @@ headroom = false
         v["page_cache_resident"].is_nan(),
         "synthetic data: no files {v:?}"
     );
+}
+
+/// A folder of 64 JPEGs of about 100 kB each that decode in microseconds: a 32×32 image
+/// after two 48 kB comment segments (what storage moves is bytes; what the loader decodes
+/// stays small, so the storage's figures stand out).
+fn small_jpegs(root: &Path) -> f64 {
+    let mut bytes = 0u64;
+    for i in 0..64u32 {
+        let class = root.join(format!("c{}", i % 2));
+        std::fs::create_dir_all(&class).unwrap();
+        let img = image::RgbImage::from_fn(32, 32, |x, y| {
+            image::Rgb([(x * 8) as u8, (y * 8) as u8, (i * 4) as u8])
+        });
+        let mut jpeg = Vec::new();
+        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90)
+            .encode_image(&img)
+            .unwrap();
+        let mut file = jpeg[..2].to_vec(); // SOI
+        for _ in 0..2 {
+            let payload = 48_000usize;
+            let len = (payload + 2) as u16;
+            file.extend_from_slice(&[0xFF, 0xFE, (len >> 8) as u8, len as u8]);
+            file.extend(std::iter::repeat_n(b'x', payload));
+        }
+        file.extend_from_slice(&jpeg[2..]);
+        let path = class.join(format!("{i:03}.jpg"));
+        std::fs::write(&path, &file).unwrap();
+        bytes += file.len() as u64;
+    }
+    bytes as f64 / 64.0
+}
+
+/// An image folder behind `storage`, batch 8, a 0.5 ms stand-in step, with `rest` appended.
+fn stored(root: &Path, storage: &str, rest: &str) -> String {
+    format!(
+        r#"
+[experiment]
+name = "stored"
+seed = 1
+
+[dataset]
+kind = "image_folder"
+root = "{}"
+cache = "encoded"
+
+[dataset.storage]
+{storage}
+
+[[transforms]]
+op = "center_crop"
+size = 32
+
+[[transforms]]
+op = "to_tensor"
+
+[loader]
+batch_size = 8
+
+[model]
+kind = "stand_in"
+step_ms = 0.5
+
+[device]
+kind = "cpu"
+
+{rest}
+"#,
+        root.display()
+    )
+}
+
+fn img_per_s(out: &Path) -> Vec<(String, f64)> {
+    runs(out)
+        .into_iter()
+        .map(|(c, v)| (c, v["img_per_s"]))
+        .collect()
+}
+
+#[test]
+fn latency_is_paid_per_image_and_hidden_by_workers_or_read_ahead() {
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("images");
+    small_jpegs(&root);
+    let protocol = "[protocol]\nwarmup_steps = 1\ntimed_steps = 8\nrounds = 1\nprofile_steps = 4\nheadroom = false\n";
+    // 10 ms per request: one worker reads at most 100 img/s, eight at least 7× that.
+    let out = run(
+        dir.path(),
+        "latency",
+        &stored(
+            &root,
+            "latency_ms = 10",
+            &format!("{protocol}\n[matrix]\n\"loader.workers\" = [1, 8]\n"),
+        ),
+    );
+    let rates = img_per_s(&out);
+    let (one, eight) = (rates[0].1, rates[1].1);
+    assert!(one <= 100.0 * 1.01, "1 worker: {one} img/s");
+    assert!(eight >= 7.0 * one, "8 workers: {eight} img/s against {one}");
+    // The stage table puts the wait under `storage`: 10 ms per image.
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let stages = &r["analysis"]["profiles"][0]["stages"];
+    let storage = stages
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stage"] == "storage")
+        .unwrap_or_else(|| panic!("no storage stage: {stages}"));
+    let us = storage["us_per_image"].as_f64().unwrap();
+    assert!((10_000.0..10_600.0).contains(&us), "{us} µs per image");
+
+    // Read-ahead 8 at one worker: the batch's 8 requests overlap.
+    let out = run(
+        dir.path(),
+        "read_ahead",
+        &stored(
+            &root,
+            "latency_ms = 10",
+            &format!(
+                "{protocol}\n[matrix]\n\"loader.workers\" = [1]\n\"loader.read_ahead\" = [1, 8]\n"
+            ),
+        ),
+    );
+    let rates = img_per_s(&out);
+    let (without, with) = (rates[0].1, rates[1].1);
+    assert!(
+        with >= 6.0 * without,
+        "read-ahead 8: {with} img/s against {without}"
+    );
+}
+
+#[test]
+fn bandwidth_caps_throughput_at_any_worker_count() {
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("images");
+    let mean = small_jpegs(&root);
+    let out = run(
+        dir.path(),
+        "bandwidth",
+        &stored(
+            &root,
+            "bandwidth_mb_s = 20",
+            // Warm-up past the batches the workers hold ready (4 × 2), so the window starts in
+            // the steady state the link sets.
+            "[protocol]\nwarmup_steps = 12\ntimed_steps = 20\nrounds = 1\nprofile = false\nheadroom = false\n\n[matrix]\n\"loader.workers\" = [1, 4]\n",
+        ),
+    );
+    let cap = 20e6 / mean;
+    for (condition, rate) in img_per_s(&out) {
+        assert!(
+            (rate / cap - 1.0).abs() < 0.05,
+            "{condition}: {rate} img/s against the link's {cap} (files of {mean} bytes)"
+        );
+    }
 }

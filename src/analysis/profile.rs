@@ -95,7 +95,13 @@ fn stage_costs(t: &StageTotals, batch_size: usize) -> Vec<StageCost> {
             .map(|s| s.2)
             .sum()
     };
-    let (sampled_ms, exact_ms) = (sum(false), sum(true));
+    // The wait for emulated storage, timed on every batch, is part of the build too.
+    let storage_ms = if t.storage_batches > 0 {
+        t.storage_ns as f64 / t.storage_batches as f64 / 1e6
+    } else {
+        0.0
+    };
+    let (sampled_ms, exact_ms) = (sum(false), sum(true) + storage_ms);
     let room = (build_ms - exact_ms).max(0.0);
     let fit = if sampled_ms > room && sampled_ms > 0.0 {
         room / sampled_ms
@@ -103,7 +109,10 @@ fn stage_costs(t: &StageTotals, batch_size: usize) -> Vec<StageCost> {
         1.0
     };
     let mut stages = Vec::new();
-    let mut inside_ms = 0.0;
+    let mut inside_ms = storage_ms;
+    if t.storage_batches > 0 {
+        stages.push(cost(trace::STORAGE, t.storage_batches, storage_ms));
+    }
     for (name, count, batch_ms, per_batch) in inside {
         let batch_ms = if per_batch { batch_ms } else { batch_ms * fit };
         inside_ms += batch_ms;
@@ -233,6 +242,8 @@ mod tests {
             queue_waits: 0,
             queue_full_ns: 0,
             sample_every: 2,
+            storage_batches: 0,
+            storage_ns: 0,
         }
     }
 

@@ -195,6 +195,26 @@ pub struct DatasetSection {
     /// Image folder read per sample: the page cache under its files at each timed window's
     /// start: "as_is", "warm" (every file read first) or "cold" (every file dropped first).
     pub page_cache: PageCache,
+    /// Image folder: emulated remote storage in front of every read (off by default).
+    pub storage: StorageSection,
+}
+
+/// `[dataset.storage]`: every read waits `latency_ms`, then its bytes over `bandwidth_mb_s`
+/// shared by all readers, at most `max_in_flight` requests at once; 0 turns each off.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageSection {
+    pub latency_ms: f64,
+    /// 1 MB = 10⁶ bytes.
+    pub bandwidth_mb_s: f64,
+    pub max_in_flight: u64,
+}
+
+impl StorageSection {
+    /// Whether any emulation is asked for.
+    pub fn emulated(&self) -> bool {
+        self.latency_ms > 0.0 || self.bandwidth_mb_s > 0.0 || self.max_in_flight > 0
+    }
 }
 
 impl Default for DatasetSection {
@@ -216,6 +236,7 @@ impl Default for DatasetSection {
             on_error: OnError::Fail,
             roi_decode: true,
             page_cache: PageCache::AsIs,
+            storage: StorageSection::default(),
         }
     }
 }
@@ -234,6 +255,9 @@ pub struct LoaderSection {
     pub persistent_workers: bool,
     pub shuffle: bool,
     pub drop_last: bool,
+    /// Storage requests each worker keeps outstanding (emulated storage): 1 reads one image
+    /// at a time, as PyTorch's DataLoader does; N asks for N at once, as DALI and SPDL do.
+    pub read_ahead: u64,
 }
 
 impl Default for LoaderSection {
@@ -246,6 +270,7 @@ impl Default for LoaderSection {
             persistent_workers: true,
             shuffle: true,
             drop_last: true,
+            read_ahead: 1,
         }
     }
 }

@@ -3,8 +3,8 @@
 
 use super::problem::KeyPath;
 use super::schema::{
-    CacheMode, ColorMode, DatasetKind, DeviceKind, ModelSection, OptimizerKind, OptimizerSection,
-    PageCache, Settings, Split, TransformSpec,
+    CacheMode, ColorMode, DatasetKind, DeviceKind, Encoding, ModelSection, OptimizerKind,
+    OptimizerSection, PageCache, Settings, Split, TransformSpec,
 };
 use crate::net::{self, ModelInput};
 use crate::shape::ImageShape;
@@ -69,6 +69,38 @@ fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let mut bad = |path: KeyPath, message: String| out.push((path, message));
     let key = |section: &str, name: &str| KeyPath::keys([section, name]);
     let per_file = s.dataset.kind == DatasetKind::ImageFolder && s.dataset.cache == CacheMode::None;
+    let st = &s.dataset.storage;
+    for (name, v) in [
+        ("latency_ms", st.latency_ms),
+        ("bandwidth_mb_s", st.bandwidth_mb_s),
+    ] {
+        if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
+            bad(
+                KeyPath::keys(["dataset", "storage", name]),
+                format!("expected a number from 0 (off) to 1e6, found {v}"),
+            );
+        }
+    }
+    let encoded = s.dataset.kind == DatasetKind::ImageFolder
+        || (s.dataset.kind == DatasetKind::Synthetic && s.dataset.encoding != Encoding::Raw);
+    if st.emulated() && !encoded {
+        bad(
+            KeyPath::keys(["dataset", "storage"]),
+            "emulated storage applies to images read one by one as encoded files: an image \
+             folder, or synthetic images with encoding = \"jpeg\" or \"png\""
+                .to_string(),
+        );
+    }
+    if !(1..=256).contains(&s.loader.read_ahead) {
+        bad(
+            key("loader", "read_ahead"),
+            format!(
+                "expected 1 (one request at a time) to 256 requests in flight per worker, \
+                 found {}",
+                s.loader.read_ahead
+            ),
+        );
+    }
     if s.dataset.page_cache != PageCache::AsIs && !per_file {
         bad(
             key("dataset", "page_cache"),

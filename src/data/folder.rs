@@ -298,6 +298,14 @@ impl Dataset for ImageFolder {
     fn len(&self) -> usize {
         self.samples.len()
     }
+    fn stored_len(&self, index: usize) -> Option<u64> {
+        match &self.encoded {
+            Some(bytes) => Some(bytes[index].len() as u64),
+            None => std::fs::metadata(&self.samples[index].0)
+                .ok()
+                .map(|m| m.len()),
+        }
+    }
     fn files(&self) -> Vec<PathBuf> {
         if self.cache == CacheMode::None {
             self.samples.iter().map(|(p, _)| p.clone()).collect()

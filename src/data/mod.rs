@@ -11,6 +11,7 @@ mod folder;
 mod idx;
 mod mnist;
 pub mod page_cache;
+pub mod storage;
 mod synthetic;
 
 use std::path::PathBuf;
@@ -84,6 +85,15 @@ pub trait Dataset: Send + Sync {
     /// a dataset held in memory once opened.
     fn files(&self) -> Vec<PathBuf> {
         Vec::new()
+    }
+    /// The bytes a read of image `index` fetches from storage (its encoded file), when known.
+    fn stored_len(&self, _index: usize) -> Option<u64> {
+        None
+    }
+    /// Wait for emulated storage to deliver these images (`[dataset.storage]`); false, at
+    /// once, where there is none.
+    fn request_batch(&self, _indices: &[u32], _read_ahead: usize) -> bool {
+        false
     }
     /// The encoded file of image `index` (JPEG, PNG, …) when the dataset decodes, for
     /// measuring another decoder on the same bytes.
@@ -172,10 +182,18 @@ pub fn open(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataEr
             }
         }
     };
-    Ok(if d.roi_decode {
+    let dataset: Arc<dyn Dataset> = if d.roi_decode {
         dataset
     } else {
         Arc::new(WholeImages(dataset))
+    };
+    Ok(if d.storage.emulated() {
+        Arc::new(storage::Stored {
+            inner: dataset,
+            storage: storage::Storage::new(&d.storage),
+        })
+    } else {
+        dataset
     })
 }
 
@@ -204,6 +222,15 @@ impl Dataset for WholeImages {
     }
     fn encoded(&self, index: usize) -> Option<Vec<u8>> {
         self.0.encoded(index)
+    }
+    fn files(&self) -> Vec<PathBuf> {
+        self.0.files()
+    }
+    fn stored_len(&self, index: usize) -> Option<u64> {
+        self.0.stored_len(index)
+    }
+    fn request_batch(&self, indices: &[u32], read_ahead: usize) -> bool {
+        self.0.request_batch(indices, read_ahead)
     }
     fn skipped(&self) -> u64 {
         self.0.skipped()

@@ -274,6 +274,9 @@ impl Dataset for EncodedSynthetic {
     fn decodes(&self) -> bool {
         true
     }
+    fn stored_len(&self, index: usize) -> Option<u64> {
+        Some(self.encoded[index].len() as u64)
+    }
     fn encoded(&self, index: usize) -> Option<Vec<u8>> {
         Some(self.encoded[index].clone())
     }

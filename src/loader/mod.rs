@@ -42,6 +42,8 @@ pub struct LoaderConfig {
     pub drop_last: bool,
     pub persistent_workers: bool,
     pub seed: u64,
+    /// Emulated-storage requests a builder keeps outstanding (`loader.read_ahead`).
+    pub read_ahead: usize,
 }
 
 impl LoaderConfig {
@@ -54,6 +56,7 @@ impl LoaderConfig {
             drop_last: s.loader.drop_last,
             persistent_workers: s.loader.persistent_workers,
             seed: s.experiment.seed,
+            read_ahead: s.loader.read_ahead.max(1) as usize,
         }
     }
 
@@ -240,6 +243,12 @@ impl Builder {
             panic!("cannot allocate a batch buffer: {e}");
         }
         batch.labels.resize(source.cfg.batch_size, 0);
+        // Emulated storage delivers the batch's images first (one request at a time, or
+        // `loader.read_ahead` at once); a sleep, timed on every batch.
+        let asked = Instant::now();
+        if source.dataset.request_batch(indices, source.cfg.read_ahead) && profiling {
+            self.stages.storage_ns = Some(asked.elapsed().as_nanos() as u64);
+        }
         let images = batch.images.as_mut_slice();
         for (slot, &i) in indices.iter().enumerate() {
             // The next image's bytes are on their way while this one is transformed (a random
@@ -505,6 +514,7 @@ mod tests {
             drop_last: true,
             persistent_workers: persistent,
             seed: 9,
+            read_ahead: 1,
         };
         Loader::with_memory(
             Arc::new(Synthetic::new(len, 10, 9)),
@@ -601,6 +611,7 @@ mod tests {
                 drop_last: true,
                 persistent_workers: true,
                 seed: 1,
+                read_ahead: 1,
             },
         );
         let a = s.batch(0).1.to_vec();
@@ -621,6 +632,7 @@ mod tests {
             drop_last: false,
             persistent_workers: true,
             seed: 1,
+            read_ahead: 1,
         };
         let mut l = Loader::new(
             Arc::new(Synthetic::new(40, 10, 1)),

@@ -33,6 +33,11 @@ pub struct StageTotals {
     pub queue_full_ns: u64,
     /// One image in this many was timed stage by stage.
     pub sample_every: u64,
+    /// Batches that waited for emulated storage, and that wait, ns (every batch timed).
+    #[serde(default)]
+    pub storage_batches: u64,
+    #[serde(default)]
+    pub storage_ns: u64,
 }
 
 impl StageTotals {
@@ -74,6 +79,10 @@ impl StageClock {
         }
         t.batches += 1;
         t.build_ns += build_ns;
+        if let Some(ns) = local.storage_ns {
+            t.storage_batches += 1;
+            t.storage_ns += ns;
+        }
     }
 
     pub fn add_queue_wait(&self, ns: u64) {
@@ -95,6 +104,8 @@ impl StageClock {
 pub(super) struct LocalStages {
     pub ns: Vec<u64>,
     pub count: Vec<u64>,
+    /// The batch's wait for emulated storage, when it had one.
+    pub storage_ns: Option<u64>,
 }
 
 impl LocalStages {
@@ -103,6 +114,7 @@ impl LocalStages {
         self.ns.resize(stages, 0);
         self.count.clear();
         self.count.resize(stages, 0);
+        self.storage_ns = None;
     }
 
     /// Stage `i` ran from `start` until now.

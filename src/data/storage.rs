@@ -1,0 +1,197 @@
+//! Emulated remote storage (`[dataset.storage]`): every read of an image waits a request
+//! latency, then its bytes over a bandwidth all readers share, with at most `max_in_flight`
+//! requests outstanding — a what-if for NFS or an object store on any machine. Waiting sleeps,
+//! so it burns no CPU. The loader asks for a batch's images before decoding them, one at a
+//! time per worker as PyTorch's DataLoader does, or `loader.read_ahead` at once.
+//!
+//! The shared link is a FIFO reservation: a request's transfer starts when its latency has
+//! passed and the link is free, and occupies it for bytes / bandwidth.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{DataError, Dataset, ImageShape, Read, Region};
+use crate::config::StorageSection;
+
+/// The emulated device behind the dataset.
+pub struct Storage {
+    latency: Duration,
+    /// Bytes per second; 0 = unlimited.
+    bytes_per_s: f64,
+    /// 0 = unlimited.
+    max_in_flight: usize,
+    state: Mutex<Link>,
+    freed: Condvar,
+}
+
+#[derive(Default)]
+struct Link {
+    in_flight: usize,
+    free_at: Option<Instant>,
+}
+
+impl Storage {
+    pub fn new(s: &StorageSection) -> Storage {
+        Storage {
+            latency: Duration::from_secs_f64(s.latency_ms.max(0.0) / 1e3),
+            bytes_per_s: s.bandwidth_mb_s.max(0.0) * 1e6,
+            max_in_flight: s.max_in_flight as usize,
+            state: Mutex::new(Link::default()),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// One request of `bytes`: returns when they have arrived.
+    pub fn request(&self, bytes: u64) {
+        let mut link = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while self.max_in_flight > 0 && link.in_flight >= self.max_in_flight {
+            link = self.freed.wait(link).unwrap_or_else(|e| e.into_inner());
+        }
+        link.in_flight += 1;
+        let first_byte = Instant::now() + self.latency;
+        let done = if self.bytes_per_s > 0.0 {
+            let start = link.free_at.map_or(first_byte, |f| f.max(first_byte));
+            let done = start + Duration::from_secs_f64(bytes as f64 / self.bytes_per_s);
+            link.free_at = Some(done);
+            done
+        } else {
+            first_byte
+        };
+        drop(link);
+        let now = Instant::now();
+        if done > now {
+            std::thread::sleep(done - now);
+        }
+        let mut link = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        link.in_flight -= 1;
+        drop(link);
+        self.freed.notify_one();
+    }
+}
+
+/// A dataset behind emulated storage: reads forward to it; [`Dataset::request_batch`] waits
+/// for the storage.
+pub struct Stored {
+    pub inner: Arc<dyn Dataset>,
+    pub storage: Storage,
+}
+
+impl Dataset for Stored {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn label(&self, index: usize) -> u8 {
+        self.inner.label(index)
+    }
+    fn shape(&self) -> ImageShape {
+        self.inner.shape()
+    }
+    fn image_into(&self, index: usize, buf: &mut [u8]) {
+        self.inner.image_into(index, buf)
+    }
+    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {
+        self.inner.read_image(index, buf)
+    }
+    fn read_region(
+        &self,
+        index: usize,
+        buf: &mut Vec<u8>,
+        region: Region,
+    ) -> Result<Read, DataError> {
+        self.inner.read_region(index, buf, region)
+    }
+    fn decodes(&self) -> bool {
+        self.inner.decodes()
+    }
+    fn files(&self) -> Vec<PathBuf> {
+        self.inner.files()
+    }
+    fn stored_len(&self, index: usize) -> Option<u64> {
+        self.inner.stored_len(index)
+    }
+    fn encoded(&self, index: usize) -> Option<Vec<u8>> {
+        self.inner.encoded(index)
+    }
+    fn skipped(&self) -> u64 {
+        self.inner.skipped()
+    }
+    fn prefetch(&self, index: usize) {
+        self.inner.prefetch(index)
+    }
+    fn classes(&self) -> usize {
+        self.inner.classes()
+    }
+    fn describe(&self) -> String {
+        format!("{} behind emulated storage", self.inner.describe())
+    }
+    /// `read_ahead` (`loader.read_ahead`): requests outstanding at once; 1, one at a time.
+    fn request_batch(&self, indices: &[u32], read_ahead: usize) -> bool {
+        let bytes = |i: u32| self.inner.stored_len(i as usize).unwrap_or(0);
+        if read_ahead <= 1 || indices.len() <= 1 {
+            for &i in indices {
+                self.storage.request(bytes(i));
+            }
+            return true;
+        }
+        // `read_ahead` requests outstanding at once: that many threads take the next image.
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..read_ahead.min(indices.len()) {
+                s.spawn(|| {
+                    while let Some(&i) = indices.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        self.storage.request(bytes(i));
+                    }
+                });
+            }
+        });
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn storage(latency_ms: f64, bandwidth_mb_s: f64, max_in_flight: u64) -> Arc<Storage> {
+        Arc::new(Storage::new(&StorageSection {
+            latency_ms,
+            bandwidth_mb_s,
+            max_in_flight,
+        }))
+    }
+
+    fn parallel(s: &Arc<Storage>, threads: usize, each: usize, bytes: u64) -> Duration {
+        let t = Instant::now();
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    for _ in 0..each {
+                        s.request(bytes);
+                    }
+                });
+            }
+        });
+        t.elapsed()
+    }
+
+    #[test]
+    fn latency_overlaps_across_readers_up_to_the_in_flight_limit() {
+        // 8 readers × 2 requests of 10 ms: 20 ms when all may be in flight, 4 × 20 = 80 ms
+        // when only 2 may.
+        let free = parallel(&storage(10.0, 0.0, 0), 8, 2, 1000);
+        assert!((19..40).contains(&free.as_millis()), "{free:?}");
+        let capped = parallel(&storage(10.0, 0.0, 2), 8, 2, 1000);
+        assert!((79..110).contains(&capped.as_millis()), "{capped:?}");
+    }
+
+    #[test]
+    fn bandwidth_is_shared_by_every_reader() {
+        // 20 requests of 100 kB at 20 MB/s: 100 ms whether 1 or 4 readers ask.
+        for readers in [1, 4] {
+            let took = parallel(&storage(0.0, 20.0, 0), readers, 20 / readers, 100_000);
+            assert!((99..125).contains(&took.as_millis()), "{readers}: {took:?}");
+        }
+    }
+}
