@@ -86,6 +86,10 @@ pub struct WorkerPrediction {
     pub capped: bool,
     /// Every condition that differs from `from` only in the worker count, by worker count.
     pub measured: Vec<PredictionCheck>,
+    /// The share of the loader's time it waited for storage (asleep), which lets the cap pass
+    /// the cores (0 without emulated storage).
+    #[serde(default)]
+    pub storage_share: f64,
     /// Whether the measurements bear it out: the nearest count at or above the prediction is
     /// not input-bound and the nearest below it is (or, when none was measured below, the
     /// predicted count itself is not). None without those measurements.
@@ -143,8 +147,15 @@ pub fn predict(
     let cores = CoreBudget {
         cores: meta.environment.cores,
     };
-    let cap =
-        (cm.compute_device == ComputeDevice::Cpu).then(|| cores.left_beside(cm.cpu_threads as u64));
+    // The share of the loader's time spent waiting for (emulated) storage: asleep, holding no
+    // core, so that many more workers fit the cores.
+    let storage_share = profile
+        .stages
+        .iter()
+        .find(|s| s.stage == spans::STORAGE)
+        .map_or(0.0, |s| s.share.clamp(0.0, 1.0));
+    let cap = (cm.compute_device == ComputeDevice::Cpu)
+        .then(|| beyond_the_cores(cores.left_beside(cm.cpu_threads as u64), storage_share));
     let workers = cap.map_or(wanted, |c| wanted.min(c));
     let mut measured: Vec<PredictionCheck> = family
         .iter()
@@ -170,7 +181,15 @@ pub fn predict(
         capped: workers < wanted,
         measured,
         confirmed,
+        storage_share,
     })
+}
+
+/// The workers `cores` can run when each waits `storage_share` of its time (asleep): the
+/// cores over the share each worker computes (at most 20 per core: a worker that seems to
+/// compute nothing still has a decode to do).
+pub fn beyond_the_cores(cores: u64, storage_share: f64) -> u64 {
+    ((cores as f64) / (1.0 - storage_share.clamp(0.0, 0.95))).floor() as u64
 }
 
 /// Workers ≈ loader time per batch ÷ step time without waiting: the exact ratio, and the count

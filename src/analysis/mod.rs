@@ -15,7 +15,9 @@ mod stats;
 mod steps;
 mod tables;
 
-pub use advice::{Headroom, PredictionCheck, WorkerPrediction, same_but_workers, wait_bound};
+pub use advice::{
+    Headroom, PredictionCheck, WorkerPrediction, beyond_the_cores, same_but_workers, wait_bound,
+};
 pub use judge::{ClassifiedBy, InputBound, Judgement, LoaderVerdict, Thresholds};
 pub use profile::{ProfileSummary, SpanRow, StageCost};
 pub use resources::Resources;

@@ -146,15 +146,31 @@ fn judged_by(a: &Analysis, condition: &str) -> ClassifiedBy {
 fn prediction(out: &mut String, a: &Analysis) {
     let Some(p) = &a.prediction else { return };
     let capped = match (p.capped, p.cap) {
+        (true, Some(cap)) if p.storage_share > 0.0 => format!(
+            " (cut to {cap}: the cores left beside the training step's compute threads, \
+             stretched by the {} of the loader's time spent waiting for storage)",
+            pct(p.storage_share)
+        ),
         (true, Some(cap)) => {
             format!(" (cut to the {cap} core(s) left beside the training step's compute threads)")
         }
         _ => String::new(),
     };
+    let waits_for_storage = if p.storage_share > 0.0 {
+        format!(
+            " The loader waited for storage {} of its time, asleep: workers beyond the cores \
+             pay, so the prediction and `tune` allow {} worker(s) per core the loader may use.",
+            pct(p.storage_share),
+            crate::format::sig(1.0 / (1.0 - p.storage_share.min(0.95)))
+        )
+    } else {
+        String::new()
+    };
     let _ = write!(
         out,
         " Prediction: {} ms of loader work per batch (one thread, from {}'s profiled run) over a \
-         {} ms step without waiting (its headroom run) calls for {} workers, so {}{capped}.",
+         {} ms step without waiting (its headroom run) calls for {} workers, so {}{capped}.\
+         {waits_for_storage}",
         ms(p.loader_ms_per_batch),
         p.from,
         ms(p.step_ms),

@@ -269,17 +269,20 @@ pub fn search(
     })
 }
 
-/// The most workers to try.
+/// The most workers to try: the cores the loader may use, stretched by the share of its time
+/// the probe's loader waited for storage (asleep, holding no core).
 fn workers_cap(limits: Limits, probe: &Measured) -> u64 {
     if let Some(m) = limits.max_workers {
         return m;
     }
-    match probe.compute_device {
+    let cores = match probe.compute_device {
         // Workers + compute threads within the cores.
         ComputeDevice::Cpu => limits.cores.left_beside(probe.cpu_threads as u64),
         // The step holds no core (or only the host's enqueue): up to two per core.
         ComputeDevice::Cuda | ComputeDevice::StandIn => (2 * limits.cores.cores as u64).max(1),
-    }
+    };
+    let waiting = probe.prediction.as_ref().map_or(0.0, |p| p.storage_share);
+    crate::analysis::beyond_the_cores(cores, waiting)
 }
 
 /// Where the next trial centres, and why; None when the best is surrounded, at a bound, no
@@ -448,6 +451,8 @@ mod tests {
         elapsed: f64,
         interrupt_at: Option<usize>,
         tried: Vec<Vec<u64>>,
+        /// The probe's share of loader time spent waiting for storage.
+        storage_share: f64,
     }
 
     impl Planted {
@@ -460,6 +465,7 @@ mod tests {
                 elapsed: 0.0,
                 interrupt_at: None,
                 tried: Vec::new(),
+                storage_share: 0.0,
             }
         }
 
@@ -518,6 +524,7 @@ mod tests {
                 capped: false,
                 measured: Vec::new(),
                 confirmed: None,
+                storage_share: self.storage_share,
             });
             Ok(Some(Measured {
                 settings,
@@ -570,6 +577,22 @@ mod tests {
                 .why
                 .contains("still highly input-bound")
         );
+    }
+
+    #[test]
+    fn a_loader_waiting_for_storage_may_have_more_workers_than_cores() {
+        // 160 ms per batch, a 20 ms step: 8 workers needed. On 2 cores (a GPU step: 4 workers
+        // at most) the climb stops at 4; when the loader waits for storage 3/4 of its time,
+        // 16 fit, and the climb reaches 8.
+        let mut t = Planted::new(160.0, 20.0, Some(4));
+        let out = run(&mut t, Knob::Workers, limits(600.0, None));
+        assert_eq!(out.search.allowed, [0, 4]);
+        assert_eq!(out.search.chosen, Some(4));
+        let mut t = Planted::new(160.0, 20.0, Some(4));
+        t.storage_share = 0.75;
+        let out = run(&mut t, Knob::Workers, limits(600.0, None));
+        assert_eq!(out.search.allowed, [0, 16]);
+        assert_eq!(out.search.chosen, Some(8), "{}", out.search.reason);
     }
 
     #[test]
