@@ -3,13 +3,13 @@
 //! and `compare` must find what was planted. The timing tests run one at a time (a lock), so
 //! they do not share the two cores with each other.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use serde_json::Value;
 
 mod common;
-use common::{interrupt_after_rows, loaderlab};
+use common::{interrupt_after_rows, loaderlab, run_experiment as run};
 
 /// Timing tests take turns.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -75,25 +75,6 @@ us = {us}
 op = "to_tensor"
 "#
     )
-}
-
-fn run(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let file = dir.join(format!("{name}.toml"));
-    std::fs::write(&file, text).unwrap();
-    let out = dir.join(name);
-    let output = loaderlab()
-        .arg(&file)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quiet")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    out
 }
 
 fn result(out: &Path) -> Value {

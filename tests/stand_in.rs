@@ -3,13 +3,13 @@
 //! classified, predicted and tuned against the declared step, not against a network trained on
 //! the loader's cores. The timing tests run one at a time (a lock).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use serde_json::Value;
 
 mod common;
-use common::loaderlab;
+use common::{loaderlab, run_experiment as run};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -55,25 +55,6 @@ op = "to_tensor"
 {rest}
 "#
     )
-}
-
-fn run(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let file = dir.join(format!("{name}.toml"));
-    std::fs::write(&file, text).unwrap();
-    let out = dir.join(name);
-    let output = loaderlab()
-        .arg(&file)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quiet")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    out
 }
 
 fn json(path: &Path) -> Value {

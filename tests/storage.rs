@@ -2,35 +2,16 @@
 //! files (`dataset.page_cache`), and each run's CPU time and memory (runs.csv's resource
 //! columns).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 mod common;
-use common::loaderlab;
+use common::{loaderlab, run_experiment as run};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn run(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let file = dir.join(format!("{name}.toml"));
-    std::fs::write(&file, text).unwrap();
-    let out = dir.join(name);
-    let output = loaderlab()
-        .arg(&file)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quiet")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    out
 }
 
 /// One CSV line's fields (a quoted field may hold commas).

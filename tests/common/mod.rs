@@ -40,3 +40,25 @@ pub fn interrupt_after_rows(
         .unwrap();
     assert!(status.success());
 }
+
+/// Write `text` to `<dir>/<name>.toml`, run it into `<dir>/<name>` quietly, and return that
+/// folder; a failed run fails the test with its stderr.
+#[allow(dead_code)]
+pub fn run_experiment(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(&file, text).unwrap();
+    let out = dir.join(name);
+    let output = loaderlab()
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    out
+}
