@@ -11,6 +11,13 @@ use loaderlab::cli::{self, Cli};
 fn main() -> ExitCode {
     // SAFETY: the first statement of `main`: no other thread exists yet.
     unsafe { loaderlab::train::keep_freed_memory() };
+    // Output piped into a reader that stops early (`loaderlab diagnose t.json | head -1`) ends
+    // the process quietly, as for any Unix filter, instead of a panic in `println!`.
+    #[cfg(unix)]
+    // SAFETY: restoring the default action of SIGPIPE, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     match cli::run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => failure.exit(),
