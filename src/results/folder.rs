@@ -88,6 +88,18 @@ impl Partial {
         if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(werr(parent))?;
         }
+        // Promoting replaces `out` whole: never a file, or a folder of something else (a
+        // dataset given as --out by mistake).
+        let foreign = out.is_file()
+            || (out.is_dir()
+                && !out.join(super::RUN_JSON).is_file()
+                && std::fs::read_dir(out).map_or(true, |mut d| d.next().is_some()));
+        if foreign {
+            return Err(werr(out)(std::io::Error::other(
+                "it exists and is not a loaderlab results folder (no run.json): a run replaces \
+                 its output folder whole, so it refuses this one; choose another --out",
+            )));
+        }
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(werr(&dir))?;
         }
@@ -142,6 +154,11 @@ mod tests {
         let out = tmp.path().join("res");
         std::fs::create_dir_all(&out).unwrap();
         std::fs::write(out.join("old.txt"), "earlier").unwrap();
+        // Not a results folder: refused, untouched.
+        let e = Partial::create(&out).unwrap_err().to_string();
+        assert!(e.contains("not a loaderlab results folder"), "{e}");
+        assert!(out.join("old.txt").is_file());
+        std::fs::write(out.join(crate::results::RUN_JSON), "{}").unwrap();
         let p = Partial::create(&out).unwrap();
         p.write("new.txt", b"now").unwrap();
         assert!(out.join("old.txt").is_file(), "earlier results untouched");
