@@ -69,13 +69,10 @@ pub fn preview(
     let out_shape = pipeline.output_shape();
     // The loader's epoch-0 order.
     let mut order = Vec::new();
-    epoch_order(
-        dataset.len(),
-        settings.loader.shuffle,
-        settings.experiment.seed,
-        0,
-        &mut order,
-    );
+    let (shuffle, seed) = (settings.loader.shuffle, settings.experiment.seed);
+    if !dataset.epoch_order(shuffle, seed, 0, &mut order) {
+        epoch_order(dataset.len(), shuffle, seed, 0, &mut order);
+    }
     let n = n.min(order.len());
     let mut originals: Vec<(ImageShape, Vec<u8>)> = Vec::with_capacity(n);
     let mut augmented = Vec::with_capacity(n * out_shape.len());

@@ -96,6 +96,8 @@ pub enum DatasetKind {
     /// torchvision's `ImageFolder` layout: `root/<class>/<image>`.
     ImageFolder,
     Synthetic,
+    /// WebDataset tar shards: `key.jpg|jpeg|png` + `key.cls` members (`shards`).
+    Webdataset,
 }
 
 /// PIL's `convert(mode)` applied to every decoded image.
@@ -197,6 +199,12 @@ pub struct DatasetSection {
     pub page_cache: PageCache,
     /// Image folder: emulated remote storage in front of every read (off by default).
     pub storage: StorageSection,
+    /// WebDataset: the tar shards, each a path or a brace pattern
+    /// ("train-{000000..000009}.tar"), relative to `root`.
+    pub shards: Vec<String>,
+    /// WebDataset: samples in the seeded shuffle buffer (with `loader.shuffle`; 0 or 1: the
+    /// shards' order only).
+    pub shuffle_buffer: u64,
 }
 
 /// `[dataset.storage]`: every read waits `latency_ms`, then its bytes over `bandwidth_mb_s`
@@ -237,6 +245,8 @@ impl Default for DatasetSection {
             roi_decode: true,
             page_cache: PageCache::AsIs,
             storage: StorageSection::default(),
+            shards: Vec::new(),
+            shuffle_buffer: 1000,
         }
     }
 }
@@ -602,7 +612,7 @@ macro_rules! choice {
     };
 }
 
-choice!(DatasetKind: FashionMnist, Mnist, Cifar10, ImageFolder, Synthetic);
+choice!(DatasetKind: FashionMnist, Mnist, Cifar10, ImageFolder, Synthetic, Webdataset);
 choice!(ColorMode: Rgb, L);
 choice!(CacheMode: None, Encoded, Decoded);
 choice!(OnError: Fail, Skip);

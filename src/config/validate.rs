@@ -17,7 +17,7 @@ pub fn dataset_shape(s: &Settings) -> ImageShape {
         DatasetKind::FashionMnist | DatasetKind::Mnist => ImageShape::GREY_28,
         DatasetKind::Cifar10 => ImageShape::new(3, 32, 32),
         // Sizes vary from image to image: 0 × 0 until an op fixes them.
-        DatasetKind::ImageFolder => ImageShape::new(
+        DatasetKind::ImageFolder | DatasetKind::Webdataset => ImageShape::new(
             match d.mode {
                 ColorMode::Rgb => 3,
                 ColorMode::L => 1,
@@ -44,7 +44,7 @@ pub fn dataset_len(s: &Settings) -> u64 {
     match s.dataset.kind {
         DatasetKind::FashionMnist | DatasetKind::Mnist => fashion_mnist_len(s.dataset.split),
         // Known only once the folder is listed; the loader checks a batch fits.
-        DatasetKind::ImageFolder => u64::MAX,
+        DatasetKind::ImageFolder | DatasetKind::Webdataset => u64::MAX,
         DatasetKind::Cifar10 => match s.dataset.split {
             Split::Train => 50_000,
             Split::Test => 10_000,
@@ -68,7 +68,9 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
 fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let mut bad = |path: KeyPath, message: String| out.push((path, message));
     let key = |section: &str, name: &str| KeyPath::keys([section, name]);
-    let per_file = s.dataset.kind == DatasetKind::ImageFolder && s.dataset.cache == CacheMode::None;
+    let per_file = (s.dataset.kind == DatasetKind::ImageFolder
+        && s.dataset.cache == CacheMode::None)
+        || s.dataset.kind == DatasetKind::Webdataset;
     let st = &s.dataset.storage;
     for (name, v) in [
         ("latency_ms", st.latency_ms),
@@ -81,8 +83,11 @@ fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             );
         }
     }
-    let encoded = s.dataset.kind == DatasetKind::ImageFolder
-        || (s.dataset.kind == DatasetKind::Synthetic && s.dataset.encoding != Encoding::Raw);
+    let encoded = matches!(
+        s.dataset.kind,
+        DatasetKind::ImageFolder | DatasetKind::Webdataset
+    ) || (s.dataset.kind == DatasetKind::Synthetic
+        && s.dataset.encoding != Encoding::Raw);
     if st.emulated() && !encoded {
         bad(
             KeyPath::keys(["dataset", "storage"]),
@@ -151,8 +156,16 @@ fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     }
     let downloads = !matches!(
         s.dataset.kind,
-        DatasetKind::Synthetic | DatasetKind::ImageFolder
+        DatasetKind::Synthetic | DatasetKind::ImageFolder | DatasetKind::Webdataset
     );
+    if s.dataset.kind == DatasetKind::Webdataset && s.dataset.shards.is_empty() {
+        bad(
+            key("dataset", "shards"),
+            "kind = \"webdataset\" reads the tar shards listed here (paths or brace patterns \
+             such as \"train-{000000..000009}.tar\", relative to dataset.root)"
+                .to_string(),
+        );
+    }
     if downloads && s.dataset.download {
         for (i, m) in s.dataset.mirrors.iter().enumerate() {
             if !(m.starts_with("http://") || m.starts_with("https://")) {

@@ -13,6 +13,7 @@ mod mnist;
 pub mod page_cache;
 pub mod storage;
 mod synthetic;
+pub mod webdataset;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -95,6 +96,12 @@ pub trait Dataset: Send + Sync {
     fn request_batch(&self, _indices: &[u32], _read_ahead: usize) -> bool {
         false
     }
+    /// The order in which epoch `epoch` visits the images, when the dataset sets its own
+    /// (WebDataset: shard by shard through a shuffle buffer); false leaves it to the loader's
+    /// seeded permutation.
+    fn epoch_order(&self, _shuffle: bool, _seed: u64, _epoch: u64, _order: &mut Vec<u32>) -> bool {
+        false
+    }
     /// The encoded file of image `index` (JPEG, PNG, …) when the dataset decodes, for
     /// measuring another decoder on the same bytes.
     fn encoded(&self, _index: usize) -> Option<Vec<u8>> {
@@ -165,6 +172,13 @@ pub fn open(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataEr
         DatasetKind::Mnist => Arc::new(Mnist::open(MNIST, root, d.split, &mirrors)?),
         DatasetKind::Cifar10 => Arc::new(Cifar10::open(root, d.split, &mirrors)?),
         DatasetKind::ImageFolder => Arc::new(ImageFolder::open(root, d.mode, d.cache, d.on_error)?),
+        DatasetKind::Webdataset => Arc::new(webdataset::WebDataset::open(
+            root,
+            &d.shards,
+            d.mode,
+            d.on_error,
+            d.shuffle_buffer as usize,
+        )?),
         DatasetKind::Synthetic => {
             let shape = crate::config::dataset_shape(settings);
             let (len, classes) = (d.synthetic_size as usize, d.synthetic_classes as usize);
@@ -231,6 +245,9 @@ impl Dataset for WholeImages {
     }
     fn request_batch(&self, indices: &[u32], read_ahead: usize) -> bool {
         self.0.request_batch(indices, read_ahead)
+    }
+    fn epoch_order(&self, shuffle: bool, seed: u64, epoch: u64, order: &mut Vec<u32>) -> bool {
+        self.0.epoch_order(shuffle, seed, epoch, order)
     }
     fn skipped(&self) -> u64 {
         self.0.skipped()

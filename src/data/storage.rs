@@ -126,6 +126,9 @@ impl Dataset for Stored {
     fn describe(&self) -> String {
         format!("{} behind emulated storage", self.inner.describe())
     }
+    fn epoch_order(&self, shuffle: bool, seed: u64, epoch: u64, order: &mut Vec<u32>) -> bool {
+        self.inner.epoch_order(shuffle, seed, epoch, order)
+    }
     /// `read_ahead` (`loader.read_ahead`): requests outstanding at once; 1, one at a time.
     fn request_batch(&self, indices: &[u32], read_ahead: usize) -> bool {
         let bytes = |i: u32| self.inner.stored_len(i as usize).unwrap_or(0);

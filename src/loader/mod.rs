@@ -122,8 +122,10 @@ pub fn epoch_order(len: usize, shuffle: bool, seed: u64, epoch: u64, order: &mut
 }
 
 /// Which samples make up each batch.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Sampler {
+    /// Asked for each epoch's order first (WebDataset sets its own).
+    dataset: Option<Arc<dyn Dataset>>,
     len: usize,
     batch_size: usize,
     shuffle: bool,
@@ -134,7 +136,7 @@ struct Sampler {
 }
 
 impl Sampler {
-    fn new(len: usize, cfg: &LoaderConfig) -> Self {
+    fn new(len: usize, cfg: &LoaderConfig, dataset: Option<Arc<dyn Dataset>>) -> Self {
         let full = len / cfg.batch_size;
         let batches = if cfg.drop_last || len.is_multiple_of(cfg.batch_size) {
             full
@@ -142,6 +144,7 @@ impl Sampler {
             full + 1
         };
         Sampler {
+            dataset,
             len,
             batch_size: cfg.batch_size,
             shuffle: cfg.shuffle,
@@ -157,7 +160,13 @@ impl Sampler {
         let epoch = k / self.batches_per_epoch;
         let b = (k % self.batches_per_epoch) as usize;
         if self.epoch != Some(epoch) {
-            epoch_order(self.len, self.shuffle, self.seed, epoch, &mut self.order);
+            let own = self
+                .dataset
+                .as_ref()
+                .is_some_and(|d| d.epoch_order(self.shuffle, self.seed, epoch, &mut self.order));
+            if !own {
+                epoch_order(self.len, self.shuffle, self.seed, epoch, &mut self.order);
+            }
             self.epoch = Some(epoch);
         }
         let start = b * self.batch_size;
@@ -205,7 +214,11 @@ struct Builder {
 impl Builder {
     fn new(source: &Source) -> Self {
         Builder {
-            sampler: Sampler::new(source.dataset.len(), &source.cfg),
+            sampler: Sampler::new(
+                source.dataset.len(),
+                &source.cfg,
+                Some(Arc::clone(&source.dataset)),
+            ),
             scratch: Scratch::default(),
             pixels: Vec::new(),
             stages: LocalStages::default(),
@@ -420,7 +433,7 @@ impl Loader {
             });
         }
         let source = Arc::new(Source::new(dataset, pipeline, cfg, memory));
-        let batches_per_epoch = Sampler::new(len, &source.cfg).batches_per_epoch;
+        let batches_per_epoch = Sampler::new(len, &source.cfg, None).batches_per_epoch;
         let mode = if source.cfg.workers == 0 {
             let buffers = source.cfg.buffers(source.memory.is_some());
             Mode::Serial {
@@ -613,6 +626,7 @@ mod tests {
                 seed: 1,
                 read_ahead: 1,
             },
+            None,
         );
         let a = s.batch(0).1.to_vec();
         let b = s.batch(1).1.to_vec();

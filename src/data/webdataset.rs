@@ -1,0 +1,366 @@
+//! WebDataset tar shards (`dataset.kind = "webdataset"`): each sample is the members of one
+//! shard that share a key — `key.jpg` (or `.jpeg`, `.png`) and `key.cls` (the class index as
+//! text). Shards are named in `dataset.shards`, each a path or a brace pattern
+//! (`train-{000000..000009}.tar`), relative to `dataset.root`.
+//!
+//! Opening indexes every shard once (where each image's bytes lie, every label); reads are
+//! positioned reads of those bytes, decoded like an image folder's (region decoding included).
+//! An epoch visits the shards in a seeded order, sample by sample in archive order, through a
+//! seeded shuffle buffer of `dataset.shuffle_buffer` samples — the order is computed from
+//! (seed, epoch) alone, so every worker count sees the same batches.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read as _;
+use std::os::unix::fs::FileExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::decode::decode_region;
+use super::{DataError, Dataset, ImageShape, Read, Region};
+use crate::config::{ColorMode, OnError};
+
+/// One sample: where its image lies and its label.
+struct Member {
+    shard: u32,
+    offset: u64,
+    len: u64,
+    label: u8,
+    key: String,
+}
+
+pub struct WebDataset {
+    shards: Vec<PathBuf>,
+    files: Vec<File>,
+    samples: Vec<Member>,
+    /// The samples of each shard, as a range of `samples`.
+    ranges: Vec<std::ops::Range<usize>>,
+    classes: usize,
+    mode: ColorMode,
+    on_error: OnError,
+    shuffle_buffer: usize,
+    skipped: AtomicU64,
+}
+
+fn bad(path: &Path, message: String) -> DataError {
+    DataError::Mismatch(format!("{}: {message}", path.display()))
+}
+
+/// `a{000..003}b` → a000b, a001b, a002b, a003b (one brace group; the width of its first
+/// bound is kept); anything else is itself.
+pub fn expand(pattern: &str) -> Result<Vec<String>, String> {
+    let (Some(open), Some(close)) = (pattern.find('{'), pattern.find('}')) else {
+        return Ok(vec![pattern.to_string()]);
+    };
+    let inner = pattern
+        .get(open + 1..close)
+        .ok_or_else(|| format!("{pattern:?}: a brace pattern is {{first..last}}"))?;
+    let (a, b) = inner
+        .split_once("..")
+        .ok_or_else(|| format!("{pattern:?}: a brace pattern is {{first..last}}"))?;
+    let (first, last): (u64, u64) = match (a.parse(), b.parse()) {
+        (Ok(x), Ok(y)) if x <= y && y - x < 1_000_000 => (x, y),
+        _ => {
+            return Err(format!(
+                "{pattern:?}: {{{inner}}} is not a range of numbers"
+            ));
+        }
+    };
+    let width = a.len();
+    Ok((first..=last)
+        .map(|n| format!("{}{n:0width$}{}", &pattern[..open], &pattern[close + 1..]))
+        .collect())
+}
+
+impl WebDataset {
+    pub fn open(
+        root: &Path,
+        patterns: &[String],
+        mode: ColorMode,
+        on_error: OnError,
+        shuffle_buffer: usize,
+    ) -> Result<WebDataset, DataError> {
+        let mut shards = Vec::new();
+        for p in patterns {
+            for s in expand(p).map_err(|m| bad(root, m))? {
+                let path = Path::new(&s);
+                shards.push(if path.is_absolute() {
+                    path.to_path_buf()
+                } else {
+                    root.join(path)
+                });
+            }
+        }
+        let mut files = Vec::new();
+        let mut samples = Vec::new();
+        let mut ranges = Vec::new();
+        for (k, shard) in shards.iter().enumerate() {
+            let start = samples.len();
+            index(shard, k as u32, &mut samples)?;
+            ranges.push(start..samples.len());
+            files.push(File::open(shard).map_err(|source| DataError::Io {
+                path: shard.clone(),
+                source,
+            })?);
+        }
+        if samples.is_empty() {
+            return Err(bad(root, "the shards hold no sample".into()));
+        }
+        let classes = samples
+            .iter()
+            .map(|m| m.label as usize + 1)
+            .max()
+            .unwrap_or(1);
+        Ok(WebDataset {
+            shards,
+            files,
+            samples,
+            ranges,
+            classes,
+            mode,
+            on_error,
+            shuffle_buffer,
+            skipped: AtomicU64::new(0),
+        })
+    }
+
+    fn bytes(&self, index: usize) -> Result<Vec<u8>, DataError> {
+        let m = &self.samples[index];
+        let mut buf = vec![0u8; m.len as usize];
+        let shard = &self.shards[m.shard as usize];
+        self.files[m.shard as usize]
+            .read_exact_at(&mut buf, m.offset)
+            .map_err(|source| DataError::Io {
+                path: shard.clone(),
+                source,
+            })?;
+        Ok(buf)
+    }
+
+    fn decode_one(
+        &self,
+        index: usize,
+        out: &mut Vec<u8>,
+        region: Region,
+    ) -> Result<Read, DataError> {
+        let bytes = self.bytes(index)?;
+        decode_region(&bytes, self.mode, region, out).map_err(|e| {
+            let m = &self.samples[index];
+            bad(
+                &self.shards[m.shard as usize],
+                format!("sample {}: {e}", m.key),
+            )
+        })
+    }
+}
+
+/// Index one shard: every sample's image position and label, in archive order.
+fn index(shard: &Path, k: u32, out: &mut Vec<Member>) -> Result<(), DataError> {
+    let file = File::open(shard).map_err(|source| DataError::Io {
+        path: shard.to_path_buf(),
+        source,
+    })?;
+    let malformed = |e: std::io::Error| bad(shard, format!("not a readable tar archive: {e}"));
+    let mut archive = tar::Archive::new(file);
+    // key → (image offset and length, label), and keys in order of first appearance.
+    type Parts = (Option<(u64, u64)>, Option<u8>);
+    let mut found: HashMap<String, Parts> = HashMap::new();
+    let mut order = Vec::new();
+    for entry in archive.entries().map_err(malformed)? {
+        let mut entry = entry.map_err(malformed)?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let path = entry.path().map_err(malformed)?.into_owned();
+        if path.is_absolute()
+            || path
+                .components()
+                .any(|c| matches!(c, Component::ParentDir | Component::Prefix(_)))
+        {
+            return Err(bad(
+                shard,
+                format!("member {} escapes the archive", path.display()),
+            ));
+        }
+        let name = path.to_string_lossy().to_string();
+        // WebDataset's key: the path up to the first dot of the file name.
+        let base = name.rfind('/').map_or(0, |i| i + 1);
+        let Some(dot) = name[base..].find('.').map(|d| base + d) else {
+            continue;
+        };
+        let (key, ext) = (name[..dot].to_string(), name[dot + 1..].to_lowercase());
+        let slot = found.entry(key.clone()).or_insert_with(|| {
+            order.push(key.clone());
+            (None, None)
+        });
+        match ext.as_str() {
+            "jpg" | "jpeg" | "png" => {
+                slot.0 = Some((
+                    entry.raw_file_position(),
+                    entry.header().size().map_err(malformed)?,
+                ));
+            }
+            "cls" => {
+                let mut text = String::new();
+                entry.read_to_string(&mut text).map_err(malformed)?;
+                let label: u8 = text.trim().parse().map_err(|_| {
+                    bad(
+                        shard,
+                        format!(
+                            "{name}: expected a class index from 0 to 255, found {:?}",
+                            text.trim()
+                        ),
+                    )
+                })?;
+                slot.1 = Some(label);
+            }
+            _ => {}
+        }
+    }
+    for key in order {
+        match found.remove(&key) {
+            Some((Some((offset, len)), Some(label))) => out.push(Member {
+                shard: k,
+                offset,
+                len,
+                label,
+                key,
+            }),
+            Some((Some(_), None)) => {
+                return Err(bad(
+                    shard,
+                    format!("sample {key} has an image but no .cls label"),
+                ));
+            }
+            // A key with no image (metadata only) is not a sample.
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+impl Dataset for WebDataset {
+    fn len(&self) -> usize {
+        self.samples.len()
+    }
+    fn label(&self, index: usize) -> u8 {
+        self.samples[index].label
+    }
+    fn shape(&self) -> ImageShape {
+        let channels = match self.mode {
+            ColorMode::Rgb => 3,
+            ColorMode::L => 1,
+        };
+        ImageShape::new(channels, 0, 0)
+    }
+    fn image_into(&self, index: usize, buf: &mut [u8]) {
+        let mut v = Vec::new();
+        match self.read_image(index, &mut v) {
+            Ok(shape) => buf[..shape.len()].copy_from_slice(&v),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {
+        self.read_region(index, buf, &|_| None).map(|r| r.shape)
+    }
+    fn read_region(
+        &self,
+        index: usize,
+        buf: &mut Vec<u8>,
+        region: Region,
+    ) -> Result<Read, DataError> {
+        let n = self.samples.len();
+        let mut first_error = None;
+        for k in 0..n {
+            match self.decode_one((index + k) % n, buf, region) {
+                Ok(read) => {
+                    if k > 0 {
+                        self.skipped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok(read);
+                }
+                Err(e) if self.on_error == OnError::Skip => {
+                    first_error.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(first_error.unwrap_or_else(|| DataError::Mismatch("no sample decodes".into())))
+    }
+    fn decodes(&self) -> bool {
+        true
+    }
+    fn files(&self) -> Vec<PathBuf> {
+        self.shards.clone()
+    }
+    fn stored_len(&self, index: usize) -> Option<u64> {
+        Some(self.samples[index].len)
+    }
+    fn encoded(&self, index: usize) -> Option<Vec<u8>> {
+        self.bytes(index).ok()
+    }
+    fn skipped(&self) -> u64 {
+        self.skipped.load(Ordering::Relaxed)
+    }
+    fn classes(&self) -> usize {
+        self.classes
+    }
+    fn describe(&self) -> String {
+        format!(
+            "WebDataset, {} shards ({} samples, {} classes, shuffle buffer {})",
+            self.shards.len(),
+            self.samples.len(),
+            self.classes,
+            self.shuffle_buffer
+        )
+    }
+    fn epoch_order(&self, shuffle: bool, seed: u64, epoch: u64, order: &mut Vec<u32>) -> bool {
+        order.clear();
+        let mut rng = ChaCha8Rng::seed_from_u64(crate::hash::splitmix(
+            seed ^ 0x7765_6264_6174_6173 ^ crate::hash::splitmix(epoch),
+        ));
+        let mut shards: Vec<usize> = (0..self.ranges.len()).collect();
+        if shuffle {
+            shards.shuffle(&mut rng);
+        }
+        let stream = shards.into_iter().flat_map(|s| self.ranges[s].clone());
+        if !shuffle || self.shuffle_buffer <= 1 {
+            order.extend(stream.map(|i| i as u32));
+            return true;
+        }
+        // A shuffle buffer: fill it, then each new sample takes the place of a random one,
+        // which goes out; at the end the rest leaves in random order.
+        let mut buffer: Vec<u32> = Vec::with_capacity(self.shuffle_buffer);
+        for i in stream {
+            if buffer.len() < self.shuffle_buffer {
+                buffer.push(i as u32);
+                continue;
+            }
+            let k = rng.random_range(0..buffer.len());
+            order.push(std::mem::replace(&mut buffer[k], i as u32));
+        }
+        buffer.shuffle(&mut rng);
+        order.extend(buffer);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn brace_patterns_expand_with_their_width() {
+        assert_eq!(
+            expand("s-{008..011}.tar").unwrap(),
+            ["s-008.tar", "s-009.tar", "s-010.tar", "s-011.tar"]
+        );
+        assert_eq!(expand("one.tar").unwrap(), ["one.tar"]);
+        assert!(expand("s-{a..b}.tar").is_err());
+        assert!(expand("s-{3..1}.tar").is_err());
+    }
+}

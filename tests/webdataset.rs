@@ -1,0 +1,189 @@
+//! WebDataset tar shards: the same images as shards and as a folder give the same batches
+//! (shuffle off), every worker count the same batches (shuffle on, through the buffer), and a
+//! broken archive or a sample without a label is a clear error.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+mod common;
+use common::{loaderlab, run_experiment};
+
+/// 16 PNGs, 8 per class, written both as an image folder (`folder/c0/000.png` …) and as two
+/// shards (`shards/part-000.tar` holds class 0, `part-001.tar` class 1), in the same order.
+fn dataset(dir: &Path, label_every: bool) {
+    for class in 0..2u32 {
+        let folder = dir.join(format!("folder/c{class}"));
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::create_dir_all(dir.join("shards")).unwrap();
+        let tar = std::fs::File::create(dir.join(format!("shards/part-{class:03}.tar"))).unwrap();
+        let mut shard = tar::Builder::new(tar);
+        for i in 0..8u32 {
+            let img = image::RgbImage::from_fn(24, 20, |x, y| {
+                image::Rgb([
+                    (x * 9 + i * 7) as u8,
+                    (y * 11) as u8,
+                    (class * 120 + i) as u8,
+                ])
+            });
+            let mut png = Vec::new();
+            img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+                .unwrap();
+            std::fs::write(folder.join(format!("{i:03}.png")), &png).unwrap();
+            let key = format!("sample{class}{i:03}");
+            let mut put = |name: String, data: &[u8]| {
+                let mut h = tar::Header::new_gnu();
+                h.set_size(data.len() as u64);
+                h.set_mode(0o644);
+                h.set_cksum();
+                shard.append_data(&mut h, name, data).unwrap();
+            };
+            put(format!("{key}.png"), &png);
+            if label_every || i != 5 {
+                put(format!("{key}.cls"), class.to_string().as_bytes());
+            }
+        }
+        shard.finish().unwrap();
+    }
+}
+
+fn experiment(dataset: &str, shuffle: bool) -> String {
+    format!(
+        r#"
+[experiment]
+name = "wds"
+seed = 4
+
+[dataset]
+{dataset}
+
+[[transforms]]
+op = "center_crop"
+size = 16
+
+[[transforms]]
+op = "to_tensor"
+
+[loader]
+batch_size = 4
+shuffle = {shuffle}
+
+[model]
+kind = "mlp"
+
+[device]
+kind = "cpu"
+threads = 1
+
+[protocol]
+warmup_steps = 0
+timed_steps = 4
+rounds = 1
+profile = false
+headroom = false
+
+[matrix]
+"loader.workers" = [0, 2]
+"#
+    )
+}
+
+/// Each condition's fingerprints in step order.
+fn fingerprints(out: &Path) -> Vec<(String, Vec<String>)> {
+    let text = std::fs::read_to_string(out.join("steps.csv")).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let (c, f) = (
+        header.iter().position(|h| *h == "condition").unwrap(),
+        header.iter().position(|h| *h == "fingerprint").unwrap(),
+    );
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for line in lines {
+        let fields: Vec<&str> = line.split(',').collect();
+        match out.iter_mut().find(|(name, _)| name == fields[c]) {
+            Some((_, v)) => v.push(fields[f].to_string()),
+            None => out.push((fields[c].to_string(), vec![fields[f].to_string()])),
+        }
+    }
+    out
+}
+
+const SHARDS: &str = "kind = \"webdataset\"\nroot = \"{root}\"\nshards = [\"part-{000..001}.tar\"]";
+
+fn shards_section(dir: &Path) -> String {
+    SHARDS.replace("{root}", &dir.join("shards").display().to_string())
+}
+
+#[test]
+fn shards_give_the_folders_batches_and_the_same_batches_at_every_worker_count() {
+    let dir = tempfile::tempdir().unwrap();
+    dataset(dir.path(), true);
+    let folder = format!(
+        "kind = \"image_folder\"\nroot = \"{}\"",
+        dir.path().join("folder").display()
+    );
+    let a = run_experiment(dir.path(), "out_folder", &experiment(&folder, false));
+    let b = run_experiment(
+        dir.path(),
+        "out_shards",
+        &experiment(&shards_section(dir.path()), false),
+    );
+    let (fa, fb) = (fingerprints(&a), fingerprints(&b));
+    assert_eq!(
+        fa, fb,
+        "shuffle off: shards and folder must give the same batches"
+    );
+    assert_eq!(fb[0].1, fb[1].1, "0 and 2 workers");
+
+    // Shuffled (shard order and a 6-sample buffer): the same at 0 and 2 workers, and not the
+    // archive order.
+    let shuffled = experiment(
+        &format!("{}\nshuffle_buffer = 6", shards_section(dir.path())),
+        true,
+    );
+    let c = run_experiment(dir.path(), "out_shuffled", &shuffled);
+    let fc = fingerprints(&c);
+    assert_eq!(fc[0].1, fc[1].1, "0 and 2 workers");
+    assert_ne!(fc[0].1, fb[0].1, "shuffled");
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(c.join("result.json")).unwrap()).unwrap();
+    assert_eq!(r["analysis"]["determinism"]["identical"], true);
+    loaderlab().arg("verify").arg(&c).assert().success();
+}
+
+#[test]
+fn a_broken_shard_or_a_sample_without_a_label_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    dataset(dir.path(), false);
+    let run = |name: &str| {
+        let file = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&file, experiment(&shards_section(dir.path()), false)).unwrap();
+        let output = loaderlab()
+            .arg(&file)
+            .arg("--out")
+            .arg(dir.path().join(name))
+            .arg("--quiet")
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let e = run("unlabelled");
+    assert!(
+        e.contains("part-000.tar") && e.contains("sample0005 has an image but no .cls label"),
+        "{e}"
+    );
+    // A shard cut in the middle of a member.
+    dataset(dir.path(), true);
+    let path = dir.path().join("shards/part-001.tar");
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2 + 100]).unwrap();
+    let e = run("cut");
+    assert!(e.contains("part-001.tar") && e.contains("tar"), "{e}");
+    // No shards listed: a validate-time error naming the key.
+    let file = dir.path().join("none.toml");
+    std::fs::write(&file, "[dataset]\nkind = \"webdataset\"\n").unwrap();
+    let output = loaderlab().arg("validate").arg(&file).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("dataset.shards"));
+}
