@@ -3,6 +3,7 @@
 //! `load` is the only way in: it returns a fully validated [`Experiment`] (one resolved
 //! [`Settings`] per condition) or every problem found, each naming where it came from.
 
+mod choice;
 mod layers;
 mod load;
 mod locate;
@@ -14,6 +15,7 @@ mod schema;
 mod validate;
 
 pub use crate::transforms::ops::{chain_output, op_output, resize_output, sets_size};
+pub use choice::{Choice, choices};
 pub use load::{Condition, ConfigError, ENV_PREFIX, Experiment, Overrides, load, load_str};
 pub use problem::{KeyPath, Location, Problem, Seg};
 pub use resolved::resolved_toml;

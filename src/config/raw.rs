@@ -3,10 +3,11 @@
 
 use toml::Value;
 
+use super::choice::choices;
 use super::layers::unknown_key_message;
 use super::locate::{Context, Source};
 use super::problem::{KeyPath, Seg, did_you_mean};
-use super::schema::{TransformSpec, choices, is_pair};
+use super::schema::{TransformSpec, is_pair};
 
 /// How a found value reads in a message: its TOML text and, for non-strings, its type.
 pub(super) fn describe(value: &Value) -> String {

@@ -262,25 +262,14 @@ impl ImageFolder {
         out: &mut Vec<u8>,
         region: Region,
     ) -> Result<Read, DataError> {
-        let n = self.samples.len();
-        let mut first_error = None;
-        for k in 0..n {
-            match self.decode_one((index + k) % n, out, region) {
-                Ok(read) => {
-                    if k > 0 {
-                        self.skipped.fetch_add(1, Ordering::Relaxed);
-                    }
-                    return Ok(read);
-                }
-                Err(e) if self.on_error == OnError::Skip => {
-                    first_error.get_or_insert(e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(first_error.unwrap_or_else(|| {
-            DataError::Mismatch(format!("{}: no image decodes", self.root.display()))
-        }))
+        super::read_or_skip(
+            self.samples.len(),
+            index,
+            self.on_error,
+            &self.skipped,
+            |i| self.decode_one(i, out, region),
+            || DataError::Mismatch(format!("{}: no image decodes", self.root.display())),
+        )
     }
 
     /// The class names, in label order.

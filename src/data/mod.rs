@@ -263,6 +263,34 @@ impl Dataset for WholeImages {
     }
 }
 
+/// Read image `index` with `read`; with `on_error = "skip"` a failure reads the next image
+/// instead (wrapping around), counted in `skipped`; `none` is the error when none reads.
+pub(crate) fn read_or_skip(
+    len: usize,
+    index: usize,
+    on_error: crate::config::OnError,
+    skipped: &std::sync::atomic::AtomicU64,
+    mut read: impl FnMut(usize) -> Result<Read, DataError>,
+    none: impl FnOnce() -> DataError,
+) -> Result<Read, DataError> {
+    let mut first_error = None;
+    for k in 0..len {
+        match read((index + k) % len) {
+            Ok(r) => {
+                if k > 0 {
+                    skipped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                return Ok(r);
+            }
+            Err(e) if on_error == crate::config::OnError::Skip => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(first_error.unwrap_or_else(none))
+}
+
 /// Ask the CPU to bring `bytes` into cache ahead of a read: a hint, a no-op off x86-64.
 #[inline]
 pub fn prefetch_bytes(bytes: &[u8]) {

@@ -273,23 +273,14 @@ impl Dataset for WebDataset {
         buf: &mut Vec<u8>,
         region: Region,
     ) -> Result<Read, DataError> {
-        let n = self.samples.len();
-        let mut first_error = None;
-        for k in 0..n {
-            match self.decode_one((index + k) % n, buf, region) {
-                Ok(read) => {
-                    if k > 0 {
-                        self.skipped.fetch_add(1, Ordering::Relaxed);
-                    }
-                    return Ok(read);
-                }
-                Err(e) if self.on_error == OnError::Skip => {
-                    first_error.get_or_insert(e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(first_error.unwrap_or_else(|| DataError::Mismatch("no sample decodes".into())))
+        super::read_or_skip(
+            self.samples.len(),
+            index,
+            self.on_error,
+            &self.skipped,
+            |i| self.decode_one(i, buf, region),
+            || DataError::Mismatch("no sample of the shards decodes".into()),
+        )
     }
     fn decodes(&self) -> bool {
         true
