@@ -45,8 +45,6 @@ pub(super) fn run(
     let mut losses: Vec<Loss> = Vec::new();
     let mut images: u64 = 0;
     let mut interrupted = false;
-    let mut clock = session.clock();
-    clock.anchor()?;
     // The page cache under the dataset's files as the window opens: dropped first when
     // `dataset.page_cache = "cold"`, filled first when "warm" (the workers may already be
     // reading ahead meanwhile).
@@ -59,6 +57,8 @@ pub(super) fn run(
         PageCache::AsIs => {}
     }
     let resident = page_cache::resident(&files).unwrap_or(f64::NAN);
+    let mut clock = session.clock();
+    clock.anchor()?;
     let meter = Meter::start();
     let window = Instant::now();
     let stream_now = !clock.on_device();
