@@ -306,20 +306,10 @@ impl Dataset for ImageFolder {
         self.samples[index].1
     }
     fn shape(&self) -> ImageShape {
-        let channels = match self.mode {
-            ColorMode::Rgb => 3,
-            ColorMode::L => 1,
-        };
-        ImageShape::new(channels, 0, 0)
+        super::varying_shape(self.mode)
     }
-    /// Images of a folder differ in size and may not decode: readers use
-    /// [`Dataset::read_image`]; this infallible form panics with the reason.
     fn image_into(&self, index: usize, buf: &mut [u8]) {
-        let mut v = Vec::new();
-        match self.read_image(index, &mut v) {
-            Ok(shape) => buf[..shape.len()].copy_from_slice(&v),
-            Err(e) => panic!("{e}"),
-        }
+        super::read_into(self, index, buf)
     }
     fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {
         if let Some(all) = &self.decoded {

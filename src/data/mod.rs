@@ -263,6 +263,26 @@ impl Dataset for WholeImages {
     }
 }
 
+/// The shape of a dataset whose images differ in size (a folder's, a shard's): its channels,
+/// 0 × 0 until an op fixes the size.
+pub(crate) fn varying_shape(mode: crate::config::ColorMode) -> ImageShape {
+    let channels = match mode {
+        crate::config::ColorMode::Rgb => 3,
+        crate::config::ColorMode::L => 1,
+    };
+    ImageShape::new(channels, 0, 0)
+}
+
+/// [`Dataset::image_into`] for images that differ in size and may not decode: readers use
+/// [`Dataset::read_image`]; this infallible form panics with the reason.
+pub(crate) fn read_into(d: &dyn Dataset, index: usize, buf: &mut [u8]) {
+    let mut v = Vec::new();
+    match d.read_image(index, &mut v) {
+        Ok(shape) => buf[..shape.len()].copy_from_slice(&v),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// Read image `index` with `read`; with `on_error = "skip"` a failure reads the next image
 /// instead (wrapping around), counted in `skipped`; `none` is the error when none reads.
 pub(crate) fn read_or_skip(
