@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::results::{
-    CONFIG_TOML, PLAN_JSON, Partial, RUN_JSON, RUNS_CSV, ResultsError, RunMeta, STEP_COLUMNS,
-    STEPS_CSV, TaskInfo, run_header,
+    CONFIG_TOML, PLAN_JSON, Partial, RUN_JSON, RUNS_CSV, ResultsError, RunMeta, STEPS_CSV,
+    TaskInfo, run_header, step_header,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -214,7 +214,7 @@ fn covered_once(tasks: &[Task], first: &Task) -> Result<Vec<usize>, MergeError> 
 /// runs.csv and steps.csv of the merged folder, rows in plan order.
 fn rows_in_plan_order(tasks: &[Task], planned: &[usize]) -> (String, String) {
     let mut runs_csv = format!("{}\n", run_header().join(","));
-    let mut steps_csv = format!("{}\n", STEP_COLUMNS.join(","));
+    let mut steps_csv = format!("{}\n", step_header().join(","));
     for run in planned {
         let t = tasks
             .iter()

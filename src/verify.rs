@@ -146,37 +146,55 @@ fn runs_cover_the_plan(raw: &Raw) -> Check {
     )
 }
 
-/// steps.csv rows = runs × timed_steps, steps 0..timed_steps in each run (a prefix of them in
-/// an interrupted run).
+/// steps.csv rows = runs × ranks × timed_steps, steps 0..timed_steps of each rank in each run
+/// (a prefix of them in an interrupted run).
 fn steps_cover_the_runs(raw: &Raw, interrupted: &[i64]) -> Check {
     let timed = raw.plan.protocol().timed_steps as i64;
     let run_ids = column_i64(&raw.runs, "run");
     let step_runs = column_i64(&raw.steps, "run");
     let steps = column_i64(&raw.steps, "step");
-    let mut per_run: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
-    for (r, s) in step_runs.iter().zip(&steps) {
-        per_run.entry(*r).or_default().push(*s);
+    let ranks = column_i64(&raw.steps, "rank");
+    let ranks_of = |run: i64| {
+        raw.plan
+            .runs
+            .iter()
+            .find(|p| p.index as i64 == run)
+            .and_then(|p| raw.plan.conditions.get(p.condition_index))
+            .map_or(1, |c| c.config.distributed.ranks.max(1) as i64)
+    };
+    let mut per_rank: BTreeMap<(i64, i64), Vec<i64>> = BTreeMap::new();
+    for ((r, k), s) in step_runs.iter().zip(&ranks).zip(&steps) {
+        per_rank.entry((*r, *k)).or_default().push(*s);
     }
-    let mut bad_runs = Vec::new();
+    let (mut bad_runs, mut expected) = (Vec::new(), 0i64);
     for r in &run_ids {
-        let mut s = per_run.get(r).cloned().unwrap_or_default();
-        s.sort();
-        let complete = s == (0..timed).collect::<Vec<_>>();
-        let prefix = s.iter().enumerate().all(|(i, v)| *v == i as i64);
-        if !(complete || (interrupted.contains(r) && prefix)) {
-            bad_runs.push(format!("run {r}: {} rows", s.len()));
+        let ranks = ranks_of(*r);
+        let mut rows = 0;
+        let mut bad = per_rank
+            .keys()
+            .any(|(run, k)| run == r && !(0..ranks).contains(k));
+        for k in 0..ranks {
+            let mut s = per_rank.get(&(*r, k)).cloned().unwrap_or_default();
+            s.sort();
+            rows += s.len();
+            let complete = s == (0..timed).collect::<Vec<_>>();
+            let prefix = s.iter().enumerate().all(|(i, v)| *v == i as i64);
+            bad |= !(complete || (interrupted.contains(r) && prefix));
+            expected += if interrupted.contains(r) {
+                s.len() as i64
+            } else {
+                timed
+            };
+        }
+        if bad {
+            bad_runs.push(format!("run {r}: {rows} rows over {ranks} rank(s)"));
         }
     }
-    let missing_rows: i64 = interrupted
-        .iter()
-        .map(|r| timed - per_run.get(r).map_or(0, |s| s.len() as i64))
-        .sum();
     check(
-        "steps.csv rows = runs × timed_steps",
-        bad_runs.is_empty()
-            && step_runs.len() as i64 == run_ids.len() as i64 * timed - missing_rows,
+        "steps.csv rows = runs × ranks × timed_steps",
+        bad_runs.is_empty() && step_runs.len() as i64 == expected,
         format!(
-            "{} runs × {timed} steps; steps.csv has {} rows{}",
+            "{} runs × {timed} steps per rank; steps.csv has {} rows{}",
             run_ids.len(),
             step_runs.len(),
             if bad_runs.is_empty() {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use loaderlab::config::{CacheMode, ColorMode, DatasetKind, OnError, Settings, seed_transforms};
 use loaderlab::data::{self, Dataset, ImageFolder, decode, encode};
-use loaderlab::loader::{Loader, LoaderConfig, LoaderError};
+use loaderlab::loader::{Loader, LoaderConfig, LoaderError, Shard};
 use loaderlab::shape::ImageShape;
 use loaderlab::transforms::Pipeline;
 use serde_json::Value;
@@ -216,6 +216,7 @@ fn config(workers: usize) -> LoaderConfig {
         persistent_workers: true,
         seed: 5,
         read_ahead: 1,
+        shard: Shard::WHOLE,
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use loaderlab::config::seed_transforms;
 use loaderlab::data::{Dataset, ImageShape, Synthetic};
-use loaderlab::loader::{Loader, LoaderConfig, LoaderError};
+use loaderlab::loader::{Loader, LoaderConfig, LoaderError, Shard};
 use loaderlab::transforms::Pipeline;
 
 /// A dataset whose image `bad` cannot be read and whose image 0 takes `slow_first` to read;
@@ -65,6 +65,7 @@ fn config(workers: usize) -> LoaderConfig {
         persistent_workers: true,
         seed: 3,
         read_ahead: 1,
+        shard: Shard::WHOLE,
     }
 }
 

@@ -80,7 +80,8 @@ pub struct WorkerPrediction {
     /// `cap` when there is one.
     pub workers: u64,
     /// On the CPU: the cores left beside the training step's compute threads (at least 1);
-    /// more workers than this compete with training. None on a GPU.
+    /// more workers than this compete with training. With several ranks: the node's cores
+    /// over the ranks (the workers per rank, since every rank has its own). None on a GPU.
     pub cap: Option<u64>,
     /// The prediction was cut to `cap`.
     pub capped: bool,
@@ -94,6 +95,10 @@ pub struct WorkerPrediction {
     /// not input-bound and the nearest below it is (or, when none was measured below, the
     /// predicted count itself is not). None without those measurements.
     pub confirmed: Option<bool>,
+    /// The step runs on the stand-in's queue, so a batch built on the training thread overlaps
+    /// the previous step (see [`workers_wanted`]).
+    #[serde(default)]
+    pub queued: bool,
 }
 
 /// Two conditions' settings are equal but for `loader.workers`.
@@ -142,8 +147,9 @@ pub fn predict(
         return None;
     }
     let moderately = summary.judgement.thresholds.moderately_input_bound;
-    let (workers_exact, wanted) = workers_wanted(loader_ms_per_batch, step_ms, moderately);
     let cm = meta.condition(&from.name)?;
+    let queued = cm.compute_device == ComputeDevice::StandIn;
+    let (workers_exact, wanted) = workers_wanted(loader_ms_per_batch, step_ms, moderately, queued);
     let cores = CoreBudget {
         cores: meta.environment.cores,
     };
@@ -154,8 +160,19 @@ pub fn predict(
         .iter()
         .find(|s| s.stage == spans::STORAGE)
         .map_or(0.0, |s| s.share.clamp(0.0, 1.0));
-    let cap = (cm.compute_device == ComputeDevice::Cpu)
-        .then(|| beyond_the_cores(cores.left_beside(cm.cpu_threads as u64), storage_share));
+    // Several ranks share the node's cores, each rank's workers a share of them (the ranks'
+    // own threads only enqueue on emulated devices); one CPU training step keeps its compute
+    // threads' cores.
+    let ranks = from.config.distributed.ranks.max(1);
+    let cap = if ranks > 1 {
+        Some(beyond_the_cores(
+            (cores.cores as u64 / ranks).max(1),
+            storage_share,
+        ))
+    } else {
+        (cm.compute_device == ComputeDevice::Cpu)
+            .then(|| beyond_the_cores(cores.left_beside(cm.cpu_threads as u64), storage_share))
+    };
     let workers = cap.map_or(wanted, |c| wanted.min(c));
     let mut measured: Vec<PredictionCheck> = family
         .iter()
@@ -182,6 +199,7 @@ pub fn predict(
         measured,
         confirmed,
         storage_share,
+        queued,
     })
 }
 
@@ -193,12 +211,23 @@ pub fn beyond_the_cores(cores: u64, storage_share: f64) -> u64 {
 }
 
 /// Workers ≈ loader time per batch ÷ step time without waiting: the exact ratio, and the count
-/// wanted. At 0 workers the training thread loads each batch itself and waits about
-/// exact / (1 + exact) of the step: under the `moderately` threshold, none are needed; else
-/// the ratio rounded up.
-pub fn workers_wanted(loader_ms_per_batch: f64, step_ms: f64, moderately: f64) -> (f64, u64) {
+/// wanted. At 0 workers the training thread loads each batch itself. On a synchronous step it
+/// then waits about exact / (1 + exact) of the step; on the stand-in's queue (`queued`) it
+/// builds the next batch while the device runs the last, and the device idles only for the
+/// part of the build beyond the step, 1 − 1 / exact of it. Under the `moderately` threshold,
+/// none are needed; else the ratio rounded up.
+pub fn workers_wanted(
+    loader_ms_per_batch: f64,
+    step_ms: f64,
+    moderately: f64,
+    queued: bool,
+) -> (f64, u64) {
     let workers_exact = loader_ms_per_batch / step_ms;
-    let inline_wait_share = workers_exact / (1.0 + workers_exact);
+    let inline_wait_share = if queued {
+        (1.0 - 1.0 / workers_exact).max(0.0)
+    } else {
+        workers_exact / (1.0 + workers_exact)
+    };
     let wanted = if inline_wait_share < moderately {
         0
     } else {
@@ -231,13 +260,17 @@ mod tests {
     #[test]
     fn the_prediction_is_the_loader_time_over_the_step_rounded_up() {
         // 30 ms of loading per batch, a 20 ms step: 1.5 -> 2 workers.
-        assert_eq!(workers_wanted(30.0, 20.0, 0.05), (1.5, 2));
+        assert_eq!(workers_wanted(30.0, 20.0, 0.05, false), (1.5, 2));
         // Exactly one step's worth: 1.
-        assert_eq!(workers_wanted(20.0, 20.0, 0.05).1, 1);
+        assert_eq!(workers_wanted(20.0, 20.0, 0.05, false).1, 1);
         // 0.5 ms on a 20 ms step waits 2.4 % inline, under the 5 % threshold: none needed.
-        assert_eq!(workers_wanted(0.5, 20.0, 0.05).1, 0);
+        assert_eq!(workers_wanted(0.5, 20.0, 0.05, false).1, 0);
         // The same at a 1 % threshold: one.
-        assert_eq!(workers_wanted(0.5, 20.0, 0.01).1, 1);
+        assert_eq!(workers_wanted(0.5, 20.0, 0.01, false).1, 1);
+        // On the stand-in's queue a build shorter than the step hides behind it: none needed;
+        // 30 ms on a 20 ms step leaves the device idle a third of the time: two.
+        assert_eq!(workers_wanted(12.0, 20.0, 0.05, true).1, 0);
+        assert_eq!(workers_wanted(30.0, 20.0, 0.05, true), (1.5, 2));
         let check = |workers, input_bound| PredictionCheck {
             condition: format!("workers={workers}"),
             workers,

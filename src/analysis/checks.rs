@@ -70,7 +70,10 @@ pub(super) fn determinism(
     let conds = strs(steps, "condition")?;
     let fps = strs(steps, "fingerprint")?;
     let step_no = i64s(steps, "step")?;
-    let mut seq: BTreeMap<i64, (String, Vec<(i64, String)>)> = BTreeMap::new();
+    let rank = i64s(steps, "rank")?;
+    // Each run's fingerprints by step, then rank (each rank's share of the epoch differs).
+    type Sequence = Vec<(i64, i64, String)>;
+    let mut seq: BTreeMap<i64, (String, Sequence)> = BTreeMap::new();
     for i in 0..runs.len() {
         if !complete.contains(&runs[i]) {
             continue;
@@ -78,7 +81,7 @@ pub(super) fn determinism(
         seq.entry(runs[i])
             .or_insert_with(|| (conds[i].clone(), Vec::new()))
             .1
-            .push((step_no[i], fps[i].clone()));
+            .push((step_no[i], rank[i], fps[i].clone()));
     }
     let mut by_condition: BTreeMap<String, Vec<Vec<String>>> = BTreeMap::new();
     for (_, (cond, mut rows)) in seq {
@@ -86,7 +89,7 @@ pub(super) fn determinism(
         by_condition
             .entry(cond)
             .or_default()
-            .push(rows.into_iter().map(|(_, f)| f).collect());
+            .push(rows.into_iter().map(|(_, _, f)| f).collect());
     }
     let mut inconsistent = Vec::new();
     let mut groups: Vec<(Vec<String>, Vec<String>)> = Vec::new();

@@ -9,6 +9,7 @@ mod advice;
 mod checks;
 mod judge;
 mod profile;
+mod ranks;
 mod resources;
 mod scale;
 mod stats;
@@ -20,6 +21,7 @@ pub use advice::{
 };
 pub use judge::{ClassifiedBy, InputBound, Judgement, LoaderVerdict, Thresholds};
 pub use profile::{ProfileSummary, SpanRow, StageCost};
+pub use ranks::{Node, RankFigures, WAIT_FLOOR_MS};
 pub use resources::Resources;
 pub use scale::{ModelScale, ScaleGroup, ScalePoint};
 pub use stats::{
@@ -158,6 +160,9 @@ pub struct ConditionSummary {
     /// Memory, CPU and the step's slowdown under the loader's load.
     #[serde(default)]
     pub resources: Option<Resources>,
+    /// Several ranks: each rank's figures, the skew and the straggler.
+    #[serde(default)]
+    pub node: Option<Node>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -318,6 +323,14 @@ fn run_summaries(raw: &Raw, warnings: &mut Vec<String>) -> Result<Vec<RunSummary
         .collect();
     let cols = stat_columns(&per_run)?;
     let step_counts = i64s(&per_run, "steps")?;
+    // Each rank's device is busy on its own: idle is over the ranks' windows together.
+    let ranks_of = |condition: &str| {
+        raw.plan
+            .conditions
+            .iter()
+            .find(|c| c.name == condition)
+            .map_or(1, |c| c.config.distributed.ranks.max(1)) as f64
+    };
     let r = &raw.runs;
     let (run_ids, conditions, rounds, positions, workers) = (
         i64s(r, "run")?,
@@ -368,7 +381,10 @@ fn run_summaries(raw: &Raw, warnings: &mut Vec<String>) -> Result<Vec<RunSummary
             compute_median_ms: stat("compute_median_ms"),
             step_median_ms: stat("step_median_ms"),
             wait_share: stat("wait_share"),
-            device_idle: idle_fraction(stat("device_ms_sum"), elapsed[i] * 1e3),
+            device_idle: idle_fraction(
+                stat("device_ms_sum"),
+                elapsed[i] * 1e3 * ranks_of(&conditions[i]),
+            ),
             interrupted: interrupted[i],
             process_cpu_s: used[0][i],
             workers_cpu_s: used[1][i],
@@ -398,6 +414,7 @@ fn condition_summaries(
         strs(&timed_steps, "condition")?,
         f64s(&timed_steps, "compute_ms")?,
     );
+    let rank_steps = rank_steps(&timed_steps)?;
     let pooled = step_stats(timed_steps, "condition")?;
     let pooled_names = strs(&pooled, "condition")?;
     let pooled_cols = stat_columns(&pooled)?;
@@ -430,9 +447,16 @@ fn condition_summaries(
         );
         let img_per_s = bootstrap(&[&values], seed ^ 0x100 ^ ci as u64, |s| median(&s[0]));
         let meta = raw.meta.condition(&c.name);
+        // With several ranks the headroom run is one rank's device alone; the node's ceiling
+        // is the ranks' together.
+        let ranks = c.config.distributed.ranks.max(1) as f64;
         let headroom = meta
             .and_then(|m| m.headroom.as_ref())
-            .and_then(|h| Headroom::from_record(h, img_per_s.point));
+            .and_then(|h| Headroom::from_record(h, img_per_s.point / ranks))
+            .map(|h| Headroom {
+                img_per_s: h.img_per_s * ranks,
+                ..h
+            });
         let device_idle = median(&mine.iter().map(|r| r.device_idle).collect::<Vec<_>>());
         // On an asynchronous device the host's waiting overlaps device work: judge by the
         // device's idle share where device times exist.
@@ -442,6 +466,20 @@ fn condition_summaries(
             } else {
                 (wait_share, ClassifiedBy::Waiting)
             };
+        let mine_steps: Vec<ranks::RankStep> = rank_steps
+            .iter()
+            .zip(&step_conditions)
+            .filter(|(_, n)| **n == c.name)
+            .map(|(s, _)| *s)
+            .collect();
+        let node = ranks::node(
+            &mine_steps,
+            mine.iter().map(|r| r.elapsed_s * 1e3).sum(),
+            by,
+            &thresholds,
+            raw.plan.report().straggler_skew,
+            seed ^ 0x2a ^ ci as u64,
+        );
         summaries.push(ConditionSummary {
             condition: c.name.clone(),
             runs: mine.len(),
@@ -478,9 +516,30 @@ fn condition_summaries(
                     .map(|h| &h.step_ms[..]),
                 seed ^ 0x1f1a ^ ci as u64,
             )),
+            node,
         });
     }
     Ok(summaries)
+}
+
+/// Every step's rank figures, in the frame's order.
+fn rank_steps(steps: &DataFrame) -> Result<Vec<ranks::RankStep>, AnalysisError> {
+    let (rank, wait, step, sync, device) = (
+        i64s(steps, "rank")?,
+        f64s(steps, "batch_wait_ms")?,
+        f64s(steps, "step_ms")?,
+        f64s(steps, "sync_ms")?,
+        f64s(steps, "device_ms")?,
+    );
+    Ok((0..rank.len())
+        .map(|i| ranks::RankStep {
+            rank: rank[i],
+            batch_wait_ms: wait[i],
+            step_ms: step[i],
+            sync_ms: sync[i],
+            device_ms: device[i],
+        })
+        .collect())
 }
 
 /// The ratio of median img/s against the baseline's, its bootstrap CI over both conditions'

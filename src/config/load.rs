@@ -29,13 +29,14 @@ pub const ENV_PREFIX: &str = "LOADERLAB_";
 
 /// Sections whose settings may differ between the conditions of one experiment; the others
 /// (experiment, protocol, report) describe the experiment as a whole.
-pub(super) const PER_CONDITION_SECTIONS: [&str; 6] = [
+pub(super) const PER_CONDITION_SECTIONS: [&str; 7] = [
     "dataset",
     "transforms",
     "loader",
     "model",
     "optimizer",
     "device",
+    "distributed",
 ];
 
 /// Overrides from outside the file.
@@ -140,8 +141,7 @@ pub fn load_str(file: &Path, text: &str, overrides: &Overrides) -> Result<Experi
     let (doc, mut table) = parse(file, text)?;
     let matrix = table.remove("matrix");
     let conditions = table.remove("conditions");
-    let schema =
-        Value::try_from(Settings::default()).expect("the default settings serialise to TOML");
+    let schema = schema();
     let mut cx = Context {
         file,
         text,
@@ -196,6 +196,20 @@ pub fn load_str(file: &Path, text: &str, overrides: &Overrides) -> Result<Experi
         base,
         conditions: resolved,
     })
+}
+
+/// The schema the raw checks walk: the default settings as TOML, with a sample element in
+/// each list of tables that defaults to empty.
+fn schema() -> Value {
+    let mut schema =
+        Value::try_from(Settings::default()).expect("the default settings serialise to TOML");
+    if let Some(Value::Array(ranks)) = schema
+        .get_mut("distributed")
+        .and_then(|d| d.get_mut("rank"))
+    {
+        ranks.push(super::distributed::schema_element());
+    }
+    schema
 }
 
 /// The file as a span-keeping document (for locations) and as a table; a syntax error is one

@@ -4,6 +4,7 @@
 //! [`Settings`] per condition) or every problem found, each naming where it came from.
 
 mod choice;
+mod distributed;
 mod layers;
 mod load;
 mod locate;
@@ -16,6 +17,7 @@ mod validate;
 
 pub use crate::transforms::ops::{chain_output, op_output, resize_output, sets_size};
 pub use choice::{Choice, choices};
+pub use distributed::MAX_RANKS;
 pub use load::{Condition, ConfigError, ENV_PREFIX, Experiment, Overrides, load, load_str};
 pub use problem::{KeyPath, Location, Problem, Seg};
 pub use resolved::resolved_toml;

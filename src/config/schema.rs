@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::distributed::{DistributedSection, RankOverride};
 use crate::net::Architecture;
 pub use crate::net::Stem;
 pub use crate::transforms::ops::{
@@ -27,6 +28,7 @@ pub struct Settings {
     pub model: ModelSection,
     pub optimizer: OptimizerSection,
     pub device: DeviceSection,
+    pub distributed: DistributedSection,
     pub protocol: ProtocolSection,
     pub report: ReportSection,
 }
@@ -41,6 +43,7 @@ impl Default for Settings {
             model: ModelSection::default(),
             optimizer: OptimizerSection::default(),
             device: DeviceSection::default(),
+            distributed: DistributedSection::default(),
             protocol: ProtocolSection::default(),
             report: ReportSection::default(),
         }
@@ -568,6 +571,9 @@ pub struct ReportSection {
     pub moderately_input_bound: f64,
     /// Also write report.html: report.md as one self-contained page (charts inline).
     pub html: bool,
+    /// Several ranks: a rank is named the straggler when its median wait is more than this
+    /// many times the other ranks' (the 95 % interval's low end above it).
+    pub straggler_skew: f64,
 }
 
 impl Default for ReportSection {
@@ -579,6 +585,7 @@ impl Default for ReportSection {
             highly_input_bound: 0.20,
             moderately_input_bound: 0.05,
             html: true,
+            straggler_skew: 2.0,
         }
     }
 }

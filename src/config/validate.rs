@@ -61,6 +61,7 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
     check_model(s, &mut out);
     check_loader(s, &mut out);
     check_optimizer(s, &mut out);
+    super::distributed::check(s, &mut out);
     out
 }
 

@@ -26,7 +26,7 @@ pub use idx::{IdxArray, read_idx, write_idx};
 pub use mnist::{FASHION_MNIST, IdxFamily, MNIST, Mnist, ensure_files};
 pub use synthetic::{EncodedSynthetic, Synthetic};
 
-use crate::config::{DatasetKind, Encoding, Settings};
+use crate::config::{DatasetKind, Encoding, Settings, StorageSection};
 pub use crate::shape::ImageShape;
 pub use crate::transforms::CropBox;
 
@@ -158,8 +158,30 @@ pub enum DataError {
     Mismatch(String),
 }
 
-/// Open the dataset the settings name, downloading its files if allowed.
+/// Open the dataset the settings name, downloading its files if allowed, behind its emulated
+/// storage when `[dataset.storage]` asks for one.
 pub fn open(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataError> {
+    Ok(stored(
+        open_local(settings, quiet)?,
+        &settings.dataset.storage,
+    ))
+}
+
+/// `dataset` behind emulated storage of its own when `storage` asks for any; as it is
+/// otherwise.
+pub fn stored(dataset: Arc<dyn Dataset>, storage: &StorageSection) -> Arc<dyn Dataset> {
+    if storage.emulated() {
+        Arc::new(storage::Stored {
+            inner: dataset,
+            storage: storage::Storage::new(storage),
+        })
+    } else {
+        dataset
+    }
+}
+
+/// As [`open`], without the emulated storage (`[dataset.storage]` is not read).
+pub fn open_local(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataError> {
     let d = &settings.dataset;
     let mirrors = Mirrors {
         bases: d.mirrors.clone(),
@@ -196,18 +218,10 @@ pub fn open(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataEr
             }
         }
     };
-    let dataset: Arc<dyn Dataset> = if d.roi_decode {
+    Ok(if d.roi_decode {
         dataset
     } else {
         Arc::new(WholeImages(dataset))
-    };
-    Ok(if d.storage.emulated() {
-        Arc::new(storage::Stored {
-            inner: dataset,
-            storage: storage::Storage::new(&d.storage),
-        })
-    } else {
-        dataset
     })
 }
 

@@ -17,7 +17,7 @@ pub use batch::{Batch, HostBlock, HostMemory};
 use pool::Pool;
 pub(crate) use pool::panic_message;
 use sampler::Sampler;
-pub use sampler::epoch_order;
+pub use sampler::{Shard, epoch_order};
 pub use stages::StageTotals;
 use stages::{LocalStages, STAGE_SAMPLE, StageClock};
 
@@ -43,6 +43,8 @@ pub struct LoaderConfig {
     pub seed: u64,
     /// Emulated-storage requests a builder keeps outstanding (`loader.read_ahead`).
     pub read_ahead: usize,
+    /// The share of every epoch this loader serves (one rank's of several).
+    pub shard: Shard,
 }
 
 impl LoaderConfig {
@@ -56,6 +58,7 @@ impl LoaderConfig {
             persistent_workers: s.loader.persistent_workers,
             seed: s.experiment.seed,
             read_ahead: s.loader.read_ahead.max(1) as usize,
+            shard: Shard::WHOLE,
         }
     }
 
@@ -359,7 +362,10 @@ impl Loader {
     ) -> Result<Loader, LoaderError> {
         let started = Instant::now();
         let len = dataset.len();
-        if cfg.batch_size == 0 || (cfg.drop_last && len < cfg.batch_size) || len == 0 {
+        if cfg.batch_size == 0
+            || (cfg.drop_last && cfg.shard.len(len, true) < cfg.batch_size)
+            || len == 0
+        {
             return Err(LoaderError::NoBatch {
                 len,
                 batch_size: cfg.batch_size,
@@ -461,6 +467,7 @@ mod tests {
             persistent_workers: persistent,
             seed: 9,
             read_ahead: 1,
+            shard: Shard::WHOLE,
         };
         Loader::with_memory(
             Arc::new(Synthetic::new(len, 10, 9)),
@@ -558,6 +565,7 @@ mod tests {
                 persistent_workers: true,
                 seed: 1,
                 read_ahead: 1,
+                shard: Shard::WHOLE,
             },
             None,
         );
@@ -580,6 +588,7 @@ mod tests {
             persistent_workers: true,
             seed: 1,
             read_ahead: 1,
+            shard: Shard::WHOLE,
         };
         let mut l = Loader::new(
             Arc::new(Synthetic::new(40, 10, 1)),

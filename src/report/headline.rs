@@ -95,6 +95,23 @@ pub fn findings(a: &Analysis, notices: &[String]) -> Vec<String> {
             crate::format::ms(p.step_ms)
         ));
     }
+    // Every node with a straggler, else the baseline's node.
+    let nodes: Vec<_> = a
+        .conditions
+        .iter()
+        .filter_map(|c| c.node.as_ref().map(|n| (c, n)))
+        .collect();
+    let stragglers: Vec<_> = nodes
+        .iter()
+        .filter(|(_, n)| n.straggler.is_some())
+        .collect();
+    if stragglers.is_empty() {
+        if let Some((c, n)) = nodes.iter().find(|(c, _)| c.condition == a.baseline) {
+            out.push(super::node::straggler(c, n));
+        }
+    } else {
+        out.extend(stragglers.iter().map(|(c, n)| super::node::straggler(c, n)));
+    }
     let flagged: Vec<&ConditionSummary> = a
         .conditions
         .iter()

@@ -29,6 +29,7 @@ pub fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> S
         model_scale(a),
         runs(a),
         order_and_determinism(a),
+        super::node::section(a, raw.meta.environment.cores),
         charts_section(charts),
         profiles(raw, a),
         warnings(raw, a),

@@ -7,6 +7,7 @@ mod diagnosis;
 mod headline;
 mod html;
 mod markdown;
+mod node;
 mod resources;
 mod table;
 mod verdict;

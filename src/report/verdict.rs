@@ -145,15 +145,23 @@ fn judged_by(a: &Analysis, condition: &str) -> ClassifiedBy {
 /// The predicted worker count and what the matrix says of it.
 fn prediction(out: &mut String, a: &Analysis) {
     let Some(p) = &a.prediction else { return };
+    let ranks = a
+        .conditions
+        .iter()
+        .find(|c| c.condition == p.from)
+        .and_then(|c| c.node.as_ref())
+        .map(|n| n.ranks.len());
+    let cores = match ranks {
+        Some(r) => format!("the node's cores shared by its {r} ranks, per rank"),
+        None => "the cores left beside the training step's compute threads".into(),
+    };
     let capped = match (p.capped, p.cap) {
         (true, Some(cap)) if p.storage_share > 0.0 => format!(
-            " (cut to {cap}: the cores left beside the training step's compute threads, \
-             stretched by the {} of the loader's time spent waiting for storage)",
+            " (cut to {cap}: {cores}, stretched by the {} of the loader's time spent waiting for \
+             storage)",
             pct(p.storage_share)
         ),
-        (true, Some(cap)) => {
-            format!(" (cut to the {cap} core(s) left beside the training step's compute threads)")
-        }
+        (true, Some(cap)) => format!(" (cut to {cap}: {cores})"),
         _ => String::new(),
     };
     let waits_for_storage = if p.storage_share > 0.0 {
@@ -177,7 +185,15 @@ fn prediction(out: &mut String, a: &Analysis) {
         ms(p.workers_exact),
         p.workers
     );
-    if p.workers == 0 {
+    if p.workers == 0 && p.queued {
+        let _ = write!(
+            out,
+            " (Loading on the training thread takes {} of the step, and the emulated device's \
+             queue runs the step while the next batch is built: it idles only for a build \
+             longer than the step.)",
+            pct(p.workers_exact)
+        );
+    } else if p.workers == 0 {
         let _ = write!(
             out,
             " (Loading on the training thread costs about {} of the step, under the moderately \

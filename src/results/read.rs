@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::{
     PLAN_JSON, RUN_COLUMNS, RUN_JSON, RUN_RESOURCE_COLUMNS, RUNS_CSV, ResultsError, RunMeta,
-    SEARCH_JSON, STEP_COLUMNS, STEPS_CSV, SearchRecord,
+    SEARCH_JSON, STEP_COLUMNS, STEP_RANK_COLUMNS, STEPS_CSV, SearchRecord,
 };
 use crate::plan::Plan;
 
@@ -68,6 +68,15 @@ impl Raw {
             steps
                 .with_column(Column::new("device_ms".into(), nan))
                 .map_err(|e| read_err(&steps_path, e))?;
+        }
+        for name in STEP_RANK_COLUMNS {
+            if steps.column(name).is_err() {
+                // Folders from before ranks: one rank, no barrier.
+                let zero = vec![0i64; steps.height()];
+                steps
+                    .with_column(Column::new(name.into(), zero))
+                    .map_err(|e| read_err(&steps_path, e))?;
+            }
         }
         let mut runs = read_csv(&dir.join(RUNS_CSV), &["condition", "device"])?;
         for name in RUN_RESOURCE_COLUMNS {

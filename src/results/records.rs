@@ -21,6 +21,19 @@ pub const STEP_COLUMNS: [&str; 13] = [
     "device_ms",
 ];
 
+/// steps.csv's columns for several ranks per node (absent in folders written before them: rank
+/// 0, no barrier): the rank that took the step, and its wait at the barrier after it, ms.
+pub const STEP_RANK_COLUMNS: [&str; 2] = ["rank", "sync_ms"];
+
+/// steps.csv's header: the required columns, then the rank columns.
+pub fn step_header() -> Vec<&'static str> {
+    STEP_COLUMNS
+        .iter()
+        .chain(STEP_RANK_COLUMNS.iter())
+        .copied()
+        .collect()
+}
+
 pub const RUN_COLUMNS: [&str; 11] = [
     "run",
     "condition",
@@ -74,6 +87,10 @@ pub struct StepRecord {
     /// Device busy with this step: CUDA events on a GPU (copy start to last kernel's end),
     /// h2d + compute on the CPU.
     pub device_ms: f64,
+    /// The rank that took the step (0 with one rank).
+    pub rank: usize,
+    /// Its wait at the barrier after the step, ms (0 with one rank): inside `step_ms`.
+    pub sync_ms: f64,
 }
 
 /// One timed run's totals.
@@ -106,7 +123,7 @@ pub fn csv_field(s: &str) -> String {
 impl StepRecord {
     pub fn to_csv(&self) -> String {
         format!(
-            "{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:016x},{},{:.6}\n",
+            "{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:016x},{},{:.6},{},{:.6}\n",
             self.run,
             csv_field(&self.condition),
             self.round,
@@ -119,7 +136,9 @@ impl StepRecord {
             self.loss,
             self.fingerprint,
             self.epoch,
-            self.device_ms
+            self.device_ms,
+            self.rank,
+            self.sync_ms
         )
     }
 }

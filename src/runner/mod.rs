@@ -11,6 +11,7 @@
 mod headroom;
 mod profiled;
 pub mod progress;
+mod ranks;
 mod resources;
 mod session;
 pub mod setup;
@@ -28,7 +29,7 @@ use crate::loader::LoaderError;
 use crate::plan::Plan;
 use crate::results::{
     CONFIG_TOML, ConditionMeta, CsvAppender, Environment, PLAN_JSON, Partial, RUN_JSON, RUNS_CSV,
-    ResultsError, RunMeta, RunRecord, STEP_COLUMNS, STEPS_CSV, StepRecord, run_header,
+    ResultsError, RunMeta, RunRecord, STEPS_CSV, StepRecord, run_header, step_header,
 };
 use crate::trace::{self, TraceError};
 use crate::train::{DeviceStep, InitialWeights, StandIn, Trainer};
@@ -69,6 +70,8 @@ pub enum RunError {
     GpuTrack(#[from] trace::GpuTrackError),
     #[error(transparent)]
     Results(#[from] ResultsError),
+    #[error("{0}")]
+    Rank(String),
     #[error("interrupted; the measurements so far are in {}", partial.display())]
     Interrupted { partial: PathBuf },
 }
@@ -110,7 +113,7 @@ impl Outputs {
             })
         };
         Ok(Outputs {
-            steps_csv: appender(STEPS_CSV, &STEP_COLUMNS)?,
+            steps_csv: appender(STEPS_CSV, &step_header())?,
             runs_csv: appender(RUNS_CSV, &run_header())?,
             partial,
             reporter,
@@ -251,9 +254,15 @@ impl Runs<'_> {
                 return Ok(true);
             }
             let setup = &self.prepared[planned.condition_index];
-            let trainer = self.trainers.get(planned.condition_index, setup)?;
             let protocol = &self.exp.base.protocol;
-            let done = timed::run(planned, plan.runs.len(), protocol, setup, trainer, out)?;
+            let total = plan.runs.len();
+            let done = if setup.ranks() > 1 {
+                let devices = self.trainers.ranks(planned.condition_index, setup)?;
+                ranks::run(planned, total, protocol, setup, devices, out)?
+            } else {
+                let trainer = self.trainers.get(planned.condition_index, setup)?;
+                timed::run(planned, total, protocol, setup, trainer, out)?
+            };
             out.reporter
                 .run_finished(planned, plan.runs.len(), &done.record);
             if done.interrupted {
@@ -378,12 +387,12 @@ fn prepare(exp: &Experiment, quiet: bool) -> Result<Prepared, RunError> {
     })
 }
 
-/// One device step per condition, made on first use; `reset` before each run restores the
-/// common initial state. Initial weights come from the experiment seed and the network alone,
-/// so conditions with the same model and input start from the same weights.
+/// One device step per condition and rank, made on first use; `reset` before each run
+/// restores the common initial state. Initial weights come from the experiment seed and the
+/// network alone, so conditions with the same model and input start from the same weights.
 struct Trainers {
     seed: u64,
-    by_condition: HashMap<usize, DeviceStep>,
+    by_condition: HashMap<usize, Vec<DeviceStep>>,
 }
 
 impl Trainers {
@@ -394,18 +403,33 @@ impl Trainers {
         }
     }
 
+    /// Rank 0's device step (the only one without `[distributed]`).
     fn get(&mut self, condition: usize, setup: &Setup) -> Result<&mut DeviceStep, RunError> {
+        Ok(&mut self.ranks(condition, setup)?[0])
+    }
+
+    /// One device step per rank.
+    fn ranks(&mut self, condition: usize, setup: &Setup) -> Result<&mut [DeviceStep], RunError> {
         use std::collections::hash_map::Entry;
         Ok(match self.by_condition.entry(condition) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(match (&setup.network, setup.stand_in_ms()) {
-                (Some(net), _) => DeviceStep::Model(Box::new(Trainer::new(
-                    InitialWeights::pytorch_default(self.seed, net.clone()),
-                    &setup.settings().optimizer,
-                    setup.device.clone(),
-                )?)),
-                (None, step_ms) => DeviceStep::StandIn(StandIn::new(step_ms.unwrap_or(0.0))?),
-            }),
+            Entry::Vacant(e) => {
+                let mut devices = Vec::with_capacity(setup.ranks());
+                for _ in 0..setup.ranks() {
+                    devices.push(match (&setup.network, setup.stand_in_ms()) {
+                        (Some(net), _) => DeviceStep::Model(Box::new(Trainer::new(
+                            InitialWeights::pytorch_default(self.seed, net.clone()),
+                            &setup.settings().optimizer,
+                            setup.device.clone(),
+                        )?)),
+                        // The all-reduce is device time added to every step.
+                        (None, step_ms) => DeviceStep::StandIn(StandIn::new(
+                            step_ms.unwrap_or(0.0) + setup.settings().distributed.allreduce_ms,
+                        )?),
+                    });
+                }
+                e.insert(devices)
+            }
         })
     }
 }

@@ -25,16 +25,27 @@ pub(super) struct Session<'a> {
 }
 
 impl<'a> Session<'a> {
-    /// Start the loader and reset the trainer.
+    /// Start rank 0's loader (the only rank without `[distributed]`) and reset the trainer.
     pub fn start(
         setup: &'a Setup,
         trainer: &'a mut DeviceStep,
         run: String,
         condition: &str,
     ) -> Result<Session<'a>, RunError> {
+        Self::start_rank(setup, 0, trainer, run, condition)
+    }
+
+    /// Start rank `rank`'s loader and reset its device's trainer.
+    pub fn start_rank(
+        setup: &'a Setup,
+        rank: usize,
+        trainer: &'a mut DeviceStep,
+        run: String,
+        condition: &str,
+    ) -> Result<Session<'a>, RunError> {
         crate::train::set_tf32(setup.settings().device.tf32);
         let loader = setup
-            .loader()
+            .loader(rank)
             .map_err(|source| loader_error(&run, condition, source))?;
         let startup_ms = loader.startup().as_secs_f64() * 1e3;
         trainer.reset()?;

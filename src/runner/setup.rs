@@ -13,7 +13,7 @@ use candle_core::Device;
 
 use crate::config::{DatasetSection, DeviceKind, Settings};
 use crate::data::{self, DataError, Dataset};
-use crate::loader::{Loader, LoaderConfig, LoaderError};
+use crate::loader::{Loader, LoaderConfig, LoaderError, Shard};
 use crate::net::Network;
 use crate::results::{ComputeDevice, ConditionMeta};
 use crate::train::{self, ComputePool, DeviceError, ModelInput};
@@ -22,26 +22,58 @@ use crate::transforms::Pipeline;
 /// The data side of a condition: its settings, the opened dataset and the transform pipeline.
 pub struct DataSetup {
     pub settings: Settings,
+    /// The dataset behind its emulated storage, if any.
     pub dataset: Arc<dyn Dataset>,
+    /// The same without the emulated storage (a rank with storage of its own wraps this).
+    local: Arc<dyn Dataset>,
     pub pipeline: Arc<Pipeline>,
 }
 
 impl DataSetup {
     /// Open the dataset (downloading it if the settings allow) and build the pipeline.
     pub fn open(settings: &Settings, quiet: bool) -> Result<DataSetup, DataError> {
-        Ok(Self::with_dataset(settings, data::open(settings, quiet)?))
+        Ok(Self::with_dataset(
+            settings,
+            data::open_local(settings, quiet)?,
+        ))
     }
 
-    fn with_dataset(settings: &Settings, dataset: Arc<dyn Dataset>) -> DataSetup {
+    /// The pipeline over `local`, put behind the settings' emulated storage.
+    fn with_dataset(settings: &Settings, local: Arc<dyn Dataset>) -> DataSetup {
         DataSetup {
             pipeline: Arc::new(Pipeline::new(
                 &settings.transforms,
                 settings.experiment.seed,
-                dataset.shape(),
+                local.shape(),
             )),
             settings: settings.clone(),
-            dataset,
+            dataset: data::stored(Arc::clone(&local), &settings.dataset.storage),
+            local,
         }
+    }
+
+    /// Rank `rank`'s dataset and pipeline: the condition's, but for what its
+    /// `[[distributed.rank]]` table changes (storage of its own, extra CPU work per image).
+    pub fn of_rank(&self, rank: usize) -> (Arc<dyn Dataset>, Arc<Pipeline>) {
+        let s = &self.settings;
+        let Some(o) = s.distributed.of_rank(rank) else {
+            return (Arc::clone(&self.dataset), Arc::clone(&self.pipeline));
+        };
+        let dataset = if o.storage.emulated() {
+            data::stored(Arc::clone(&self.local), &o.storage)
+        } else {
+            Arc::clone(&self.dataset)
+        };
+        let pipeline = if o.cpu_work_us > 0.0 {
+            Arc::new(Pipeline::new(
+                &o.transforms(&s.transforms),
+                s.experiment.seed,
+                self.local.shape(),
+            ))
+        } else {
+            Arc::clone(&self.pipeline)
+        };
+        (dataset, pipeline)
     }
 
     /// What the model trains on: the pipeline's output and the dataset's classes.
@@ -113,15 +145,28 @@ impl Setup {
         }
     }
 
-    /// A loader whose batch buffers suit the device (page-locked on CUDA when asked for).
-    pub fn loader(&self) -> Result<Loader, LoaderError> {
+    /// Rank `rank`'s loader (rank 0's is the only one without `[distributed]`): its share of
+    /// every epoch, its own workers, batch buffers that suit the device (page-locked on CUDA
+    /// when asked for).
+    pub fn loader(&self, rank: usize) -> Result<Loader, LoaderError> {
         let s = self.settings();
+        let (dataset, pipeline) = self.data.of_rank(rank);
+        let mut cfg = LoaderConfig::from_settings(s);
+        cfg.shard = Shard {
+            rank,
+            ranks: s.distributed.ranks.max(1) as usize,
+        };
         Loader::with_memory(
-            Arc::clone(&self.data.dataset),
-            Arc::clone(&self.data.pipeline),
-            LoaderConfig::from_settings(s),
+            dataset,
+            pipeline,
+            cfg,
             train::pinned_memory(&self.device, s.loader.pin_memory),
         )
+    }
+
+    /// Ranks on the node (1 without `[distributed]`).
+    pub fn ranks(&self) -> usize {
+        self.settings().distributed.ranks.max(1) as usize
     }
 
     /// The warning for more loader workers plus compute threads than cores on the CPU.
@@ -218,11 +263,16 @@ impl Setups {
     }
 
     pub fn prepare(&mut self, s: &Settings, quiet: bool) -> Result<Setup, SetupError> {
-        let dataset = match self.datasets.iter().find(|(d, _)| *d == s.dataset) {
+        // Opened once per dataset; each condition puts its own emulated storage in front.
+        let local_key = DatasetSection {
+            storage: Default::default(),
+            ..s.dataset.clone()
+        };
+        let dataset = match self.datasets.iter().find(|(d, _)| *d == local_key) {
             Some((_, ds)) => Arc::clone(ds),
             None => {
-                let ds = data::open(s, quiet)?;
-                self.datasets.push((s.dataset.clone(), Arc::clone(&ds)));
+                let ds = data::open_local(s, quiet)?;
+                self.datasets.push((local_key, Arc::clone(&ds)));
                 ds
             }
         };

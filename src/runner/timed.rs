@@ -6,7 +6,7 @@ use crate::data::page_cache;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::resources::Meter;
+use super::resources::{Meter, Used};
 use super::session::Session;
 use super::setup::Setup;
 use super::{INTERRUPTED, Outputs, RunError};
@@ -20,7 +20,7 @@ pub(super) struct Timed {
     pub interrupted: bool,
 }
 
-fn ms(a: Instant, b: Instant) -> f64 {
+pub(super) fn ms(a: Instant, b: Instant) -> f64 {
     (b - a).as_secs_f64() * 1e3
 }
 
@@ -45,18 +45,7 @@ pub(super) fn run(
     let mut losses: Vec<Loss> = Vec::new();
     let mut images: u64 = 0;
     let mut interrupted = false;
-    // The page cache under the dataset's files as the window opens: dropped first when
-    // `dataset.page_cache = "cold"`, filled first when "warm" (the workers may already be
-    // reading ahead meanwhile).
-    let files = setup.data.dataset.files();
-    match setup.settings().dataset.page_cache {
-        PageCache::Cold => {
-            page_cache::evict(&files);
-        }
-        PageCache::Warm => page_cache::warm(&files),
-        PageCache::AsIs => {}
-    }
-    let resident = page_cache::resident(&files).unwrap_or(f64::NAN);
+    let resident = prepare_page_cache(setup);
     let mut clock = session.clock();
     clock.anchor()?;
     let meter = Meter::start();
@@ -99,40 +88,84 @@ pub(super) fn run(
             out.step(row)?;
         }
     }
+    let window = Window {
+        startup_ms: session.startup_ms,
+        elapsed_s,
+        images,
+        interrupted,
+        used,
+        resident,
+    };
+    finish(planned, setup, window, out)
+}
+
+/// The page cache under the dataset's files as a window opens: dropped first when
+/// `dataset.page_cache = "cold"`, filled first when "warm" (the workers may already be reading
+/// ahead meanwhile); the share resident then (NaN for a dataset held in memory).
+pub(super) fn prepare_page_cache(setup: &Setup) -> f64 {
+    let files = setup.data.dataset.files();
+    match setup.settings().dataset.page_cache {
+        PageCache::Cold => {
+            page_cache::evict(&files);
+        }
+        PageCache::Warm => page_cache::warm(&files),
+        PageCache::AsIs => {}
+    }
+    page_cache::resident(&files).unwrap_or(f64::NAN)
+}
+
+/// What a timed window measured as a whole.
+pub(super) struct Window {
+    pub startup_ms: f64,
+    pub elapsed_s: f64,
+    /// Images over every rank.
+    pub images: u64,
+    pub interrupted: bool,
+    pub used: Used,
+    pub resident: f64,
+}
+
+/// The run's row of runs.csv, written.
+pub(super) fn finish(
+    planned: &PlannedRun,
+    setup: &Setup,
+    w: Window,
+    out: &mut Outputs,
+) -> Result<Timed, RunError> {
     let record = RunRecord {
         run: planned.index,
         condition: planned.condition.clone(),
         round: planned.round,
         position: planned.position,
         workers: setup.settings().loader.workers,
-        startup_ms: session.startup_ms,
-        elapsed_s,
-        images,
-        img_per_s: if elapsed_s > 0.0 {
-            images as f64 / elapsed_s
+        startup_ms: w.startup_ms,
+        elapsed_s: w.elapsed_s,
+        images: w.images,
+        img_per_s: if w.elapsed_s > 0.0 {
+            w.images as f64 / w.elapsed_s
         } else {
             0.0
         },
         device: setup.device_name.clone(),
-        interrupted,
+        interrupted: w.interrupted,
         resources: [
-            used.process_cpu_s,
-            used.workers_cpu_s,
-            used.training_cpu_s,
-            used.peak_rss_mib,
-            resident,
+            w.used.process_cpu_s,
+            w.used.workers_cpu_s,
+            w.used.training_cpu_s,
+            w.used.peak_rss_mib,
+            w.resident,
         ],
     };
     out.run(&record)?;
     Ok(Timed {
         record,
-        interrupted,
+        interrupted: w.interrupted,
     })
 }
 
 /// One timed step: the batch request, the copy to the device and the training step, each on
 /// the monotonic clock (and marked on the device's clock where it has one).
-fn one_step(
+pub(super) fn one_step(
     session: &mut Session,
     clock: &mut DeviceClock,
     planned: &PlannedRun,
@@ -165,6 +198,8 @@ fn one_step(
         epoch,
         // Replaced by the device's own figure after the window where it has a clock.
         device_ms: ms(t1, t3),
+        rank: 0,
+        sync_ms: 0.0,
     };
     Ok((row, loss, n))
 }

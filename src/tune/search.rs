@@ -525,6 +525,7 @@ mod tests {
                 measured: Vec::new(),
                 confirmed: None,
                 storage_share: self.storage_share,
+                queued: false,
             });
             Ok(Some(Measured {
                 settings,

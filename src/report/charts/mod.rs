@@ -5,6 +5,7 @@
 
 mod batch_wait;
 mod model_scale;
+mod ranks;
 mod resources;
 mod stages;
 mod step_time;
@@ -28,7 +29,7 @@ pub struct ChartSpec {
 }
 
 /// Every chart, in report order.
-pub const CHARTS: [ChartSpec; 7] = [
+pub const CHARTS: [ChartSpec; 8] = [
     ChartSpec {
         name: "throughput",
         caption: "Throughput per condition: bar = median of rounds, dots = runs, whisker = 95 % bootstrap CI of the median.",
@@ -52,6 +53,10 @@ pub const CHARTS: [ChartSpec; 7] = [
     ChartSpec {
         name: "resources",
         caption: "What each condition cost the machine: peak resident memory inside the timed window (top) and cores busy, the process's CPU time over the window's wall time (bottom); medians over its timed runs.",
+    },
+    ChartSpec {
+        name: "ranks",
+        caption: "Several ranks per node: each rank's median wait for a batch, and stacked on it its median wait at the barrier after the step; the straggler, when one is named, is outlined.",
     },
     ChartSpec {
         name: "model_scale",
@@ -154,6 +159,7 @@ pub fn draw_all(
             "model_scale" => data.analysis.model_scale.is_none(),
             "stages" => stages::stage_names(data).is_empty(),
             "resources" => !resources::drawn(data),
+            "ranks" => !ranks::drawn(data),
             _ => false,
         };
         if absent {
@@ -187,6 +193,14 @@ pub fn draw_all(
                 formats,
                 (wide.0, 640),
                 resources::draw,
+                data
+            ),
+            "ranks" => render!(
+                dir,
+                spec.name,
+                formats,
+                (ranks::width(data) + legend, 520),
+                ranks::draw,
                 data
             ),
             "model_scale" => render!(

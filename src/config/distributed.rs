@@ -1,0 +1,214 @@
+//! `[distributed]`: several ranks per node, each with its own loader over its own share of
+//! every epoch and its own (stand-in) device, meeting at a barrier after every step — the
+//! section's settings, their per-rank overrides and their checks, in one place.
+
+use serde::{Deserialize, Serialize};
+
+use super::problem::KeyPath;
+use super::schema::{ModelKind, Settings, StorageSection};
+use crate::transforms::ops::{CpuWorkSpec, TransformSpec};
+
+/// The most ranks one experiment emulates (a node of 64 GPUs is beyond any machine sold).
+pub const MAX_RANKS: u64 = 64;
+
+/// `[distributed]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DistributedSection {
+    /// Ranks on the node, one loader and one device each (1: a single process, as without the
+    /// section).
+    pub ranks: u64,
+    /// Device time added to every step for the gradient all-reduce, ms.
+    pub allreduce_ms: f64,
+    /// `[[distributed.rank]]`: what one rank does differently (a planted straggler).
+    pub rank: Vec<RankOverride>,
+}
+
+impl Default for DistributedSection {
+    fn default() -> Self {
+        DistributedSection {
+            ranks: 1,
+            allreduce_ms: 0.0,
+            rank: Vec::new(),
+        }
+    }
+}
+
+/// `[[distributed.rank]]`: one rank's differences from the others.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RankOverride {
+    /// Which rank (0-based).
+    pub rank: u64,
+    /// CPU time burned per image in this rank's loader on top of the transforms, µs (a
+    /// `cpu_work` op appended to its chain; no pixel changes).
+    pub cpu_work_us: f64,
+    /// This rank's storage in place of `[dataset.storage]`, when any of it is set.
+    pub storage: StorageSection,
+}
+
+impl DistributedSection {
+    /// The override of rank `r`, if any.
+    pub fn of_rank(&self, r: usize) -> Option<&RankOverride> {
+        self.rank.iter().find(|o| o.rank == r as u64)
+    }
+
+    /// Several ranks, each its own loader and device.
+    pub fn several(&self) -> bool {
+        self.ranks > 1
+    }
+}
+
+impl RankOverride {
+    /// The rank's transform chain: the condition's, with its `cpu_work` appended.
+    pub fn transforms(&self, common: &[TransformSpec]) -> Vec<TransformSpec> {
+        let mut chain = common.to_vec();
+        if self.cpu_work_us > 0.0 {
+            chain.push(TransformSpec::CpuWork(CpuWorkSpec {
+                us: self.cpu_work_us,
+            }));
+        }
+        chain
+    }
+}
+
+/// The sample element the schema lists under `distributed.rank`, so that the raw checks know
+/// the keys of a `[[distributed.rank]]` table.
+pub fn schema_element() -> toml::Value {
+    toml::Value::try_from(RankOverride::default()).expect("a rank override serialises to TOML")
+}
+
+/// Every problem with the `[distributed]` section of one condition.
+pub fn check(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
+    let d = &s.distributed;
+    let key = |name: &str| KeyPath::keys(["distributed", name]);
+    if !(1..=MAX_RANKS).contains(&d.ranks) {
+        out.push((
+            key("ranks"),
+            format!("expected 1 to {MAX_RANKS} ranks, found {}", d.ranks),
+        ));
+    }
+    if !(d.allreduce_ms.is_finite() && (0.0..=1e5).contains(&d.allreduce_ms)) {
+        out.push((
+            key("allreduce_ms"),
+            format!(
+                "expected milliseconds from 0 to 1e5, found {}",
+                d.allreduce_ms
+            ),
+        ));
+    }
+    if d.several() && s.model.kind != ModelKind::StandIn {
+        out.push((
+            key("ranks"),
+            format!(
+                "{} ranks need model.kind = \"stand_in\": each rank's device is an emulated \
+                 device that holds no core while busy; a real network trained by several \
+                 ranks on this machine's CPU would measure the ranks' training competing for \
+                 cores, not a node of GPUs",
+                d.ranks
+            ),
+        ));
+    }
+    if d.allreduce_ms > 0.0 && s.model.kind != ModelKind::StandIn {
+        out.push((
+            key("allreduce_ms"),
+            "the all-reduce time is added to the stand-in step's device time: it needs \
+             model.kind = \"stand_in\""
+                .to_string(),
+        ));
+    }
+    for (i, o) in d.rank.iter().enumerate() {
+        let at = |name: &str| {
+            KeyPath::keys(["distributed", "rank"])
+                .index(i)
+                .key(name.to_string())
+        };
+        if o.rank >= d.ranks {
+            out.push((
+                at("rank"),
+                format!(
+                    "rank {} does not exist: ranks are numbered 0 to {} (distributed.ranks = {})",
+                    o.rank,
+                    d.ranks.saturating_sub(1),
+                    d.ranks
+                ),
+            ));
+        }
+        if d.rank[..i].iter().any(|earlier| earlier.rank == o.rank) {
+            out.push((
+                at("rank"),
+                format!(
+                    "rank {} already has a [[distributed.rank]] table: give each rank one",
+                    o.rank
+                ),
+            ));
+        }
+        if !(o.cpu_work_us.is_finite() && (0.0..=1e7).contains(&o.cpu_work_us)) {
+            out.push((
+                at("cpu_work_us"),
+                format!(
+                    "expected microseconds of CPU time per image, 0 to 1e7, found {}",
+                    o.cpu_work_us
+                ),
+            ));
+        }
+        for (name, v) in [
+            ("latency_ms", o.storage.latency_ms),
+            ("bandwidth_mb_s", o.storage.bandwidth_mb_s),
+        ] {
+            if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
+                out.push((
+                    at("storage").key(name.to_string()),
+                    format!("expected a number from 0 (off) to 1e6, found {v}"),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(text: &str) -> Vec<String> {
+        let s: Settings = toml::from_str(text).unwrap();
+        let mut out = Vec::new();
+        check(&s, &mut out);
+        out.iter().map(|(k, m)| format!("{k}: {m}")).collect()
+    }
+
+    #[test]
+    fn ranks_need_the_stand_in_step_and_overrides_an_existing_rank() {
+        let stand_in = "[model]\nkind = \"stand_in\"\nstep_ms = 5\n";
+        assert!(problems(&format!("{stand_in}[distributed]\nranks = 4\n")).is_empty());
+        let p = problems("[distributed]\nranks = 2\n");
+        assert!(p[0].starts_with("distributed.ranks: 2 ranks need"), "{p:?}");
+        let p = problems(&format!(
+            "{stand_in}[distributed]\nranks = 2\n[[distributed.rank]]\nrank = 2\n\
+             [[distributed.rank]]\nrank = 0\ncpu_work_us = -1\n[[distributed.rank]]\nrank = 0\n"
+        ));
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(p[0].starts_with("distributed.rank[0].rank: rank 2 does not exist"));
+        assert!(p[1].starts_with("distributed.rank[1].cpu_work_us"));
+        assert!(p[2].starts_with("distributed.rank[2].rank: rank 0 already"));
+        let p = problems(&format!("{stand_in}[distributed]\nranks = 0\n"));
+        assert!(
+            p[0].starts_with("distributed.ranks: expected 1 to 64"),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn a_rank_override_appends_its_cpu_work() {
+        let o = RankOverride {
+            rank: 0,
+            cpu_work_us: 300.0,
+            storage: StorageSection::default(),
+        };
+        let chain = o.transforms(&crate::config::seed_transforms());
+        assert_eq!(chain.len(), 4);
+        assert!(matches!(&chain[3], TransformSpec::CpuWork(c) if c.us == 300.0));
+        let none = RankOverride::default().transforms(&crate::config::seed_transforms());
+        assert_eq!(none.len(), 3);
+    }
+}
