@@ -475,7 +475,6 @@ fn condition_summaries(
         let node = ranks::node(
             &mine_steps,
             mine.iter().map(|r| r.elapsed_s * 1e3).sum(),
-            by,
             &thresholds,
             raw.plan.report().straggler_skew,
             seed ^ 0x2a ^ ci as u64,
@@ -524,7 +523,8 @@ fn condition_summaries(
 
 /// Every step's rank figures, in the frame's order.
 fn rank_steps(steps: &DataFrame) -> Result<Vec<ranks::RankStep>, AnalysisError> {
-    let (rank, wait, step, sync, device) = (
+    let (run, rank, wait, step, sync, device) = (
+        i64s(steps, "run")?,
         i64s(steps, "rank")?,
         f64s(steps, "batch_wait_ms")?,
         f64s(steps, "step_ms")?,
@@ -533,6 +533,7 @@ fn rank_steps(steps: &DataFrame) -> Result<Vec<ranks::RankStep>, AnalysisError> 
     );
     Ok((0..rank.len())
         .map(|i| ranks::RankStep {
+            run: run[i],
             rank: rank[i],
             batch_wait_ms: wait[i],
             step_ms: step[i],

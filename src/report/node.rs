@@ -32,11 +32,16 @@ pub fn straggler(c: &ConditionSummary, n: &Node) -> String {
             pct(others_sync)
         ),
         None => format!(
-            "No straggler in {}: the slowest rank ({}) waits {skew} as long as the others \
-             (threshold {}, and a straggler must itself be input-bound); {} of the ranks' step \
-             time went to the barrier.",
+            "No straggler in {}: the slowest rank ({}) waits {skew} as long as the others{} \
+             (a straggler's skew must clear {}, in every run, and it must itself be \
+             input-bound); {} of the ranks' step time went to the barrier.",
             c.condition,
             n.slowest,
+            if n.slowest_every_run {
+                ""
+            } else {
+                ", but another rank was the slowest in some runs"
+            },
             ratio(n.threshold),
             pct(n.barrier_share)
         ),
@@ -65,7 +70,6 @@ pub(super) fn section(a: &Analysis, cores: usize) -> String {
          workers.\n\n"
     );
     for (c, n) in nodes {
-        let by = c.judgement.classified_by;
         let mut t = Table::new([
             ("rank", Right),
             ("batch_wait p50", Right),
@@ -94,13 +98,13 @@ pub(super) fn section(a: &Analysis, cores: usize) -> String {
             ]);
         }
         md.push_str(&format!(
-            "### `{}`: {} ranks, {} img/s for the node\n\n{}\nClasses by the {}, as for the \
-             condition. {}\n\n",
+            "### `{}`: {} ranks, {} img/s for the node\n\n{}\nEach rank is classed by its own \
+             waiting share: the barrier keeps the ranks' devices in step, so they idle alike. \
+             {}\n\n",
             c.condition,
             n.ranks.len(),
             rate(c.img_per_s.point),
             t.render(),
-            by.name(),
             straggler(c, n)
         ));
     }
