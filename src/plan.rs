@@ -91,8 +91,20 @@ impl From<PlanFile> for Plan {
                 protocol,
                 report,
             },
+            // The file names each run's condition; its index is restored from the name.
+            runs: f
+                .runs
+                .into_iter()
+                .map(|r| PlannedRun {
+                    condition_index: f
+                        .conditions
+                        .iter()
+                        .position(|c| c.name == r.condition)
+                        .unwrap_or(0),
+                    ..r
+                })
+                .collect(),
             conditions: f.conditions,
-            runs: f.runs,
         }
     }
 }
@@ -302,11 +314,27 @@ mod tests {
                 protocol: protocol.clone(),
                 report: ReportSection::default(),
             },
-            conditions: Vec::new(),
-            runs: Vec::new(),
+            conditions: ["a", "b"]
+                .map(|name| PlanCondition {
+                    name: name.into(),
+                    overrides: toml::Table::new(),
+                    config: Settings::default(),
+                })
+                .to_vec(),
+            runs: [(0, "b", 1), (1, "a", 0)]
+                .map(|(index, condition, condition_index)| PlannedRun {
+                    index,
+                    round: 0,
+                    position: index,
+                    condition: condition.into(),
+                    condition_index,
+                })
+                .to_vec(),
         };
         let back: Plan = serde_json::from_str(&serde_json::to_string(&plan).unwrap()).unwrap();
         assert_eq!(back.experiment.protocol, protocol);
+        // The file holds no condition index: it is restored from the condition's name.
+        assert_eq!(back.runs, plan.runs);
         // The first layout: the protocol flat, no headroom (there was no headroom run), the
         // report only in the conditions.
         let old = plan_json(serde_json::json!({

@@ -235,13 +235,20 @@ fn rates_match(raw: &Raw) -> Check {
 fn fingerprints(a: &Analysis) -> Check {
     let d = &a.determinism;
     check(
-        "fingerprints identical across conditions",
-        d.identical,
+        "fingerprints identical across conditions with the same data settings",
+        d.identical || (d.inconsistent_conditions.is_empty() && d.groups_follow_settings),
         if d.identical {
             "every timed run saw the same batch sequence".to_string()
+        } else if d.inconsistent_conditions.is_empty() && d.groups_follow_settings {
+            format!(
+                "{} groups, one per set of data settings (dataset, transforms, batch size, \
+                 shuffle, seed, ranks): {:?}",
+                d.groups.len(),
+                d.groups
+            )
         } else if d.inconsistent_conditions.is_empty() {
             format!(
-                "conditions with different data settings form {} groups: {:?}",
+                "conditions with the same data settings saw different batches: {} groups: {:?}",
                 d.groups.len(),
                 d.groups
             )

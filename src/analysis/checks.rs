@@ -105,9 +105,55 @@ pub(super) fn determinism(
             None => groups.push((seqs[0].clone(), vec![c.name.clone()])),
         }
     }
+    let group_of = |name: &str| {
+        groups
+            .iter()
+            .position(|(_, names)| names.iter().any(|n| n == name))
+    };
+    let ran: Vec<&crate::plan::PlanCondition> = plan
+        .conditions
+        .iter()
+        .filter(|c| group_of(&c.name).is_some())
+        .collect();
+    let groups_follow_settings = ran.iter().all(|a| {
+        ran.iter().all(|b| {
+            data_key(&a.config) != data_key(&b.config) || group_of(&a.name) == group_of(&b.name)
+        })
+    });
     Ok(Determinism {
+        groups_follow_settings,
         identical: inconsistent.is_empty() && groups.len() <= 1,
         inconsistent_conditions: inconsistent,
         groups: groups.into_iter().map(|(_, n)| n).collect(),
     })
+}
+
+/// What decides a condition's batches: its dataset (but where and how its files are kept and
+/// read), its transforms (but `cpu_work`, which changes no pixel), batch size, shuffle,
+/// drop_last, seed and ranks.
+fn data_key(s: &crate::config::Settings) -> String {
+    use crate::config::{DatasetSection, TransformSpec};
+    let d = DatasetSection {
+        storage: Default::default(),
+        page_cache: crate::config::PageCache::AsIs,
+        cache: crate::config::CacheMode::None,
+        roi_decode: true,
+        ..s.dataset.clone()
+    };
+    let transforms: Vec<&TransformSpec> = s
+        .transforms
+        .iter()
+        .filter(|t| !matches!(t, TransformSpec::CpuWork(_)))
+        .collect();
+    let l = &s.loader;
+    serde_json::json!([
+        d,
+        transforms,
+        l.batch_size,
+        l.shuffle,
+        l.drop_last,
+        s.experiment.seed,
+        s.distributed.ranks
+    ])
+    .to_string()
 }

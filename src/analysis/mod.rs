@@ -173,6 +173,11 @@ pub struct Determinism {
     pub inconsistent_conditions: Vec<String>,
     /// Groups of conditions sharing a sequence (more than one group means the data differed).
     pub groups: Vec<Vec<String>>,
+    /// Conditions whose data settings agree (dataset, transforms but `cpu_work`, batch size,
+    /// shuffle, drop_last, seed, ranks) share a group: more than one group is then the
+    /// matrix's doing, not a fault.
+    #[serde(default)]
+    pub groups_follow_settings: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
