@@ -187,3 +187,112 @@ fn a_broken_shard_or_a_sample_without_a_label_is_named() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("dataset.shards"));
 }
+
+/// 400 small PNGs (10 classes) as a folder and as 4 shards of 100.
+fn many(dir: &Path) {
+    std::fs::create_dir_all(dir.join("shards")).unwrap();
+    for s in 0..4u32 {
+        let tar = std::fs::File::create(dir.join(format!("shards/big-{s:03}.tar"))).unwrap();
+        let mut shard = tar::Builder::new(tar);
+        for i in 0..100u32 {
+            let n = s * 100 + i;
+            let class = n % 10;
+            let folder = dir.join(format!("folder/c{class}"));
+            std::fs::create_dir_all(&folder).unwrap();
+            let img = image::RgbImage::from_fn(32, 32, |x, y| {
+                image::Rgb([(x * 7 + n) as u8, (y * 5) as u8, (n / 3) as u8])
+            });
+            let mut png = Vec::new();
+            img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+                .unwrap();
+            std::fs::write(folder.join(format!("{n:04}.png")), &png).unwrap();
+            let mut put = |name: String, data: &[u8]| {
+                let mut h = tar::Header::new_gnu();
+                h.set_size(data.len() as u64);
+                h.set_mode(0o644);
+                h.set_cksum();
+                shard.append_data(&mut h, name, data).unwrap();
+            };
+            put(format!("s{n:04}.png"), &png);
+            put(format!("s{n:04}.cls"), class.to_string().as_bytes());
+        }
+        shard.finish().unwrap();
+    }
+}
+
+#[test]
+fn behind_storage_latency_a_shard_is_one_request_and_a_file_one_per_image() {
+    let dir = tempfile::tempdir().unwrap();
+    many(dir.path());
+    let text = format!(
+        r#"
+[experiment]
+name = "streams"
+seed = 4
+
+[dataset]
+kind = "image_folder"
+root = "{folder}"
+
+[dataset.storage]
+latency_ms = 10.0
+
+[[transforms]]
+op = "center_crop"
+size = 28
+
+[[transforms]]
+op = "to_tensor"
+
+[loader]
+batch_size = 16
+workers = 1
+
+[model]
+kind = "stand_in"
+step_ms = 1.0
+
+[device]
+kind = "cpu"
+
+[protocol]
+warmup_steps = 1
+timed_steps = 6
+rounds = 1
+profile = false
+headroom = false
+
+[[conditions]]
+name = "files"
+
+[[conditions]]
+name = "shards"
+dataset.kind = "webdataset"
+dataset.root = "{shards}"
+dataset.shards = ["big-{{000..003}}.tar"]
+"#,
+        folder = dir.path().join("folder").display(),
+        shards = dir.path().join("shards").display(),
+    );
+    let out = run_experiment(dir.path(), "streams", &text);
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let ips = |name: &str| {
+        r["analysis"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["condition"] == name)
+            .unwrap()["img_per_s"]["point"]
+            .as_f64()
+            .unwrap()
+    };
+    let (files, shards) = (ips("files"), ips("shards"));
+    eprintln!("behind 10 ms per request: files {files:.1} img/s, shards {shards:.1} img/s");
+    // One request per file: at most 100 img/s at one worker.
+    assert!(files <= 100.0, "{files} img/s from files 10 ms apart");
+    assert!(
+        shards >= 5.0 * files,
+        "shards {shards} img/s, files {files}"
+    );
+}

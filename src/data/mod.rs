@@ -91,6 +91,11 @@ pub trait Dataset: Send + Sync {
     fn stored_len(&self, _index: usize) -> Option<u64> {
         None
     }
+    /// The stored object image `index` is streamed from, when images are stored together and
+    /// read in one request (a WebDataset shard); None when each image is its own request.
+    fn storage_unit(&self, _index: usize) -> Option<u32> {
+        None
+    }
     /// Wait for emulated storage to deliver these images (`[dataset.storage]`); false, at
     /// once, where there is none.
     fn request_batch(&self, _indices: &[u32], _read_ahead: usize) -> bool {
@@ -256,6 +261,9 @@ impl Dataset for WholeImages {
     }
     fn stored_len(&self, index: usize) -> Option<u64> {
         self.0.stored_len(index)
+    }
+    fn storage_unit(&self, index: usize) -> Option<u32> {
+        self.0.storage_unit(index)
     }
     fn request_batch(&self, indices: &[u32], read_ahead: usize) -> bool {
         self.0.request_batch(indices, read_ahead)

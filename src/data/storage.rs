@@ -6,7 +6,14 @@
 //!
 //! The shared link is a FIFO reservation: a request's transfer starts when its latency has
 //! passed and the link is free, and occupies it for bytes / bandwidth.
+//!
+//! Images stored together (a WebDataset shard, [`Dataset::storage_unit`]) are streamed: a
+//! reader (a loader worker) pays the request's latency when it opens a shard and then only the
+//! bytes of each image it reads from it, for as long as the shard is among the last
+//! [`OPEN_STREAMS`] it opened — as a shard reader streams each shard into its shuffle buffer.
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -45,12 +52,18 @@ impl Storage {
 
     /// One request of `bytes`: returns when they have arrived.
     pub fn request(&self, bytes: u64) {
+        self.transfer(bytes, true)
+    }
+
+    /// `bytes` over the link, after the request's latency when `new` (else the next bytes of
+    /// a stream already open).
+    fn transfer(&self, bytes: u64, new: bool) {
         let mut link = self.state.lock().unwrap_or_else(|e| e.into_inner());
         while self.max_in_flight > 0 && link.in_flight >= self.max_in_flight {
             link = self.freed.wait(link).unwrap_or_else(|e| e.into_inner());
         }
         link.in_flight += 1;
-        let first_byte = Instant::now() + self.latency;
+        let first_byte = Instant::now() + if new { self.latency } else { Duration::ZERO };
         let done = if self.bytes_per_s > 0.0 {
             let start = link.free_at.map_or(first_byte, |f| f.max(first_byte));
             let done = start + Duration::from_secs_f64(bytes as f64 / self.bytes_per_s);
@@ -129,27 +142,77 @@ impl Dataset for Stored {
     fn epoch_order(&self, shuffle: bool, seed: u64, epoch: u64, order: &mut Vec<u32>) -> bool {
         self.inner.epoch_order(shuffle, seed, epoch, order)
     }
+    fn storage_unit(&self, index: usize) -> Option<u32> {
+        self.inner.storage_unit(index)
+    }
     /// `read_ahead` (`loader.read_ahead`): requests outstanding at once; 1, one at a time.
     fn request_batch(&self, indices: &[u32], read_ahead: usize) -> bool {
-        let bytes = |i: u32| self.inner.stored_len(i as usize).unwrap_or(0);
-        if read_ahead <= 1 || indices.len() <= 1 {
-            for &i in indices {
-                self.storage.request(bytes(i));
+        let transfers = self.transfers(indices);
+        if read_ahead <= 1 || transfers.len() <= 1 {
+            for &(bytes, new) in &transfers {
+                self.storage.transfer(bytes, new);
             }
             return true;
         }
         // `read_ahead` requests outstanding at once: that many threads take the next image.
         let next = AtomicUsize::new(0);
         std::thread::scope(|s| {
-            for _ in 0..read_ahead.min(indices.len()) {
+            for _ in 0..read_ahead.min(transfers.len()) {
                 s.spawn(|| {
-                    while let Some(&i) = indices.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        self.storage.request(bytes(i));
+                    while let Some(&(bytes, new)) =
+                        transfers.get(next.fetch_add(1, Ordering::Relaxed))
+                    {
+                        self.storage.transfer(bytes, new);
                     }
                 });
             }
         });
         true
+    }
+}
+
+/// Streams a reader keeps open (per loader worker): a shard it opened this recently is read on
+/// without a new request.
+pub const OPEN_STREAMS: usize = 32;
+
+thread_local! {
+    /// (storage, unit) of the streams this thread opened, most recent last.
+    static OPEN: RefCell<VecDeque<(usize, u32)>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// Forget the streams this thread opened: a new loader's reader starts with none open.
+pub fn close_streams() {
+    OPEN.with(|open| open.borrow_mut().clear());
+}
+
+impl Stored {
+    /// Each image's (bytes, whether it starts a new request) on this reader: every image of a
+    /// dataset read file by file; the first of a stored unit this reader has not open.
+    fn transfers(&self, indices: &[u32]) -> Vec<(u64, bool)> {
+        let me = std::ptr::from_ref(self) as usize;
+        OPEN.with(|open| {
+            let mut open = open.borrow_mut();
+            indices
+                .iter()
+                .map(|&i| {
+                    let bytes = self.inner.stored_len(i as usize).unwrap_or(0);
+                    let Some(unit) = self.inner.storage_unit(i as usize) else {
+                        return (bytes, true);
+                    };
+                    let key = (me, unit);
+                    if let Some(at) = open.iter().position(|k| *k == key) {
+                        open.remove(at);
+                        open.push_back(key);
+                        return (bytes, false);
+                    }
+                    if open.len() >= OPEN_STREAMS {
+                        open.pop_front();
+                    }
+                    open.push_back(key);
+                    (bytes, true)
+                })
+                .collect()
+        })
     }
 }
 
@@ -187,6 +250,55 @@ mod tests {
         assert!((19..40).contains(&free.as_millis()), "{free:?}");
         let capped = parallel(&storage(10.0, 0.0, 2), 8, 2, 1000);
         assert!((79..110).contains(&capped.as_millis()), "{capped:?}");
+    }
+
+    /// Images 0–9 in unit 0, 10–19 in unit 1; each 1000 bytes.
+    struct Units;
+    impl Dataset for Units {
+        fn len(&self) -> usize {
+            20
+        }
+        fn label(&self, _: usize) -> u8 {
+            0
+        }
+        fn shape(&self) -> ImageShape {
+            ImageShape::GREY_28
+        }
+        fn image_into(&self, _: usize, _: &mut [u8]) {}
+        fn stored_len(&self, _: usize) -> Option<u64> {
+            Some(1000)
+        }
+        fn storage_unit(&self, index: usize) -> Option<u32> {
+            Some(index as u32 / 10)
+        }
+        fn classes(&self) -> usize {
+            1
+        }
+        fn describe(&self) -> String {
+            "units".into()
+        }
+    }
+
+    #[test]
+    fn a_stored_unit_is_one_request_per_reader() {
+        let stored = Stored {
+            inner: Arc::new(Units),
+            storage: Storage::new(&StorageSection {
+                latency_ms: 10.0,
+                ..Default::default()
+            }),
+        };
+        // Two batches spanning both units: one latency per unit, on this reader.
+        let new = |t: Vec<(u64, bool)>| t.iter().filter(|t| t.1).count();
+        assert_eq!(new(stored.transfers(&[0, 1, 12, 2])), 2);
+        assert_eq!(new(stored.transfers(&[3, 13, 19])), 0);
+        // Another reader opens its own streams.
+        let other = std::thread::scope(|s| s.spawn(|| new(stored.transfers(&[4]))).join());
+        assert_eq!(other.unwrap(), 1);
+        // Ten images of one unit: about one latency, not ten.
+        let t = Instant::now();
+        stored.request_batch(&(0..10).collect::<Vec<u32>>(), 1);
+        assert!(t.elapsed() < Duration::from_millis(10), "{:?}", t.elapsed());
     }
 
     #[test]

@@ -283,6 +283,9 @@ impl Dataset for WebDataset {
     fn stored_len(&self, index: usize) -> Option<u64> {
         Some(self.samples[index].len)
     }
+    fn storage_unit(&self, index: usize) -> Option<u32> {
+        Some(self.samples[index].shard)
+    }
     fn encoded(&self, index: usize) -> Option<Vec<u8>> {
         self.bytes(index).ok()
     }

@@ -148,7 +148,9 @@ struct Builder {
 }
 
 impl Builder {
+    /// A builder on this thread, with no storage stream open (see `data::storage`).
     fn new(source: &Source) -> Self {
+        crate::data::storage::close_streams();
         Builder {
             sampler: Sampler::new(
                 source.dataset.len(),
