@@ -336,6 +336,12 @@ fn latency_is_paid_per_image_and_hidden_by_workers_or_read_ahead() {
         .unwrap_or_else(|| panic!("no storage stage: {stages}"));
     let us = storage["us_per_image"].as_f64().unwrap();
     assert!((10_000.0..10_600.0).contains(&us), "{us} µs per image");
+    // The scheduler saw the build asleep, off the CPU, nearly all the time.
+    let split = &r["analysis"]["profiles"][0]["build_split"];
+    if !split.is_null() {
+        let off = split["off_cpu"].as_f64().unwrap();
+        assert!(off > 0.8, "off the CPU {off} of the build: {split}");
+    }
 
     // Read-ahead 8 at one worker: the batch's 8 requests overlap.
     let out = run(

@@ -91,6 +91,11 @@ pub struct WorkerPrediction {
     /// the cores (0 without emulated storage).
     #[serde(default)]
     pub storage_share: f64,
+    /// The share of the build's wall time its thread spent off the CPU (asleep: storage, a
+    /// disk read), from the scheduler's statistics; the cap is stretched by the larger of this
+    /// (above 5 %, below which it is noise) and `storage_share`.
+    #[serde(default)]
+    pub off_cpu_share: f64,
     /// Whether the measurements bear it out: the nearest count at or above the prediction is
     /// not input-bound and the nearest below it is (or, when none was measured below, the
     /// predicted count itself is not). None without those measurements.
@@ -160,6 +165,8 @@ pub fn predict(
         .iter()
         .find(|s| s.stage == spans::STORAGE)
         .map_or(0.0, |s| s.share.clamp(0.0, 1.0));
+    let off_cpu_share = profile.build_split.map_or(0.0, |b| b.off_cpu);
+    let asleep = asleep_share(storage_share, off_cpu_share);
     // Several ranks share the node's cores, each rank's workers a share of them (the ranks'
     // own threads only enqueue on emulated devices); one CPU training step keeps its compute
     // threads' cores.
@@ -167,11 +174,11 @@ pub fn predict(
     let cap = if ranks > 1 {
         Some(beyond_the_cores(
             (cores.cores as u64 / ranks).max(1),
-            storage_share,
+            asleep,
         ))
     } else {
         (cm.compute_device == ComputeDevice::Cpu)
-            .then(|| beyond_the_cores(cores.left_beside(cm.cpu_threads as u64), storage_share))
+            .then(|| beyond_the_cores(cores.left_beside(cm.cpu_threads as u64), asleep))
     };
     let workers = cap.map_or(wanted, |c| wanted.min(c));
     let mut measured: Vec<PredictionCheck> = family
@@ -199,8 +206,26 @@ pub fn predict(
         measured,
         confirmed,
         storage_share,
+        off_cpu_share,
         queued,
     })
+}
+
+/// The share of the loader's time it sleeps, which stretches the cores: its wait for emulated
+/// storage, or the build's time off the CPU where that is larger and beyond noise (5 %).
+pub fn asleep_share(storage_share: f64, off_cpu_share: f64) -> f64 {
+    storage_share.max(if off_cpu_share > 0.05 {
+        off_cpu_share
+    } else {
+        0.0
+    })
+}
+
+impl WorkerPrediction {
+    /// [`asleep_share`] of this prediction.
+    pub fn asleep(&self) -> f64 {
+        asleep_share(self.storage_share, self.off_cpu_share)
+    }
 }
 
 /// The workers `cores` can run when each waits `storage_share` of its time (asleep): the
@@ -290,6 +315,14 @@ mod tests {
             Some(true),
             "only the count itself"
         );
+    }
+
+    #[test]
+    fn sleep_off_the_cpu_stretches_the_cores_beyond_noise() {
+        assert_eq!(asleep_share(0.0, 0.03), 0.0, "noise");
+        assert_eq!(asleep_share(0.0, 0.5), 0.5);
+        assert_eq!(asleep_share(0.8, 0.5), 0.8);
+        assert_eq!(beyond_the_cores(2, asleep_share(0.0, 0.5)), 4);
     }
 
     #[test]

@@ -17,10 +17,11 @@ mod steps;
 mod tables;
 
 pub use advice::{
-    Headroom, PredictionCheck, WorkerPrediction, beyond_the_cores, same_but_workers, wait_bound,
+    Headroom, PredictionCheck, WorkerPrediction, asleep_share, beyond_the_cores, same_but_workers,
+    wait_bound,
 };
 pub use judge::{ClassifiedBy, InputBound, Judgement, LoaderVerdict, Thresholds};
-pub use profile::{ProfileSummary, SpanRow, StageCost};
+pub use profile::{BuildSplit, ProfileSummary, SpanRow, StageCost};
 pub use ranks::{Node, RankFigures, WAIT_FLOOR_MS};
 pub use resources::Resources;
 pub use scale::{ModelScale, ScaleGroup, ScalePoint};

@@ -49,6 +49,35 @@ pub struct ProfileSummary {
     pub stages: Vec<StageCost>,
     /// One batch's whole build on one thread, ms, from the stage clocks (NaN without them).
     pub build_ms: f64,
+    /// The build's wall time split by the kernel's scheduler statistics (absent where they
+    /// could not be read, and in older folders).
+    #[serde(default)]
+    pub build_split: Option<BuildSplit>,
+}
+
+/// Shares of the build's wall time: on a CPU, runnable but waiting for one (other threads had
+/// the cores), and off the CPU (asleep: storage, a disk read, a lock). They sum to 1.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct BuildSplit {
+    pub on_cpu: f64,
+    pub waiting_for_cpu: f64,
+    pub off_cpu: f64,
+}
+
+impl BuildSplit {
+    fn of(t: &StageTotals) -> Option<BuildSplit> {
+        if t.split_batches == 0 || t.split_wall_ns == 0 {
+            return None;
+        }
+        let wall = t.split_wall_ns as f64;
+        let on_cpu = (t.split_cpu_ns as f64 / wall).min(1.0);
+        let waiting_for_cpu = (t.split_runq_ns as f64 / wall).min(1.0 - on_cpu);
+        Some(BuildSplit {
+            on_cpu,
+            waiting_for_cpu,
+            off_cpu: 1.0 - on_cpu - waiting_for_cpu,
+        })
+    }
 }
 
 /// The loader's stages from its stage clocks: per-image stages in pipeline order, then the
@@ -151,6 +180,7 @@ pub(super) fn profile_summaries(raw: &Raw) -> Vec<ProfileSummary> {
                 build_ms: totals
                     .filter(|t| t.batches > 0)
                     .map_or(f64::NAN, |t| t.build_ns as f64 / t.batches as f64 / 1e6),
+                build_split: totals.and_then(BuildSplit::of),
                 rows,
             })
         })
@@ -244,7 +274,27 @@ mod tests {
             sample_every: 2,
             storage_batches: 0,
             storage_ns: 0,
+            ..StageTotals::default()
         }
+    }
+
+    #[test]
+    fn the_build_splits_into_on_waiting_for_and_off_the_cpu() {
+        let mut t = totals([1, 1], 1);
+        assert_eq!(BuildSplit::of(&t), None, "no scheduler statistics");
+        (
+            t.split_batches,
+            t.split_wall_ns,
+            t.split_cpu_ns,
+            t.split_runq_ns,
+        ) = (2, 100, 30, 20);
+        let b = BuildSplit::of(&t).unwrap();
+        assert_eq!((b.on_cpu, b.waiting_for_cpu), (0.3, 0.2));
+        assert!((b.off_cpu - 0.5).abs() < 1e-12);
+        // Clock granularity can put CPU time past the wall time: capped, never negative.
+        (t.split_cpu_ns, t.split_runq_ns) = (110, 5);
+        let b = BuildSplit::of(&t).unwrap();
+        assert_eq!((b.on_cpu, b.waiting_for_cpu, b.off_cpu), (1.0, 0.0, 0.0));
     }
 
     #[test]

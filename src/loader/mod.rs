@@ -173,6 +173,8 @@ impl Builder {
         batch: &mut Batch,
         profiling: bool,
     ) -> Result<(), DataError> {
+        // The scheduler's split of the build (read outside the timed build).
+        let sched_start = profiling.then(stages::thread_sched).flatten();
         let build_start = profiling.then(Instant::now);
         let ops = source.pipeline.op_names().len();
         // Stage slots: read_decode, the ops, to_tensor, the fingerprint.
@@ -254,9 +256,11 @@ impl Builder {
             }
         }
         if let Some(start) = build_start {
-            source
-                .stages
-                .add_batch(&self.stages, start.elapsed().as_nanos() as u64);
+            let build_ns = start.elapsed().as_nanos() as u64;
+            let sched = sched_start
+                .zip(stages::thread_sched())
+                .map(|(a, b)| (b.0.saturating_sub(a.0), b.1.saturating_sub(a.1)));
+            source.stages.add_batch(&self.stages, build_ns, sched);
         }
         Ok(())
     }

@@ -38,6 +38,17 @@ pub struct StageTotals {
     pub storage_batches: u64,
     #[serde(default)]
     pub storage_ns: u64,
+    /// Batches whose build was also split by the kernel's scheduler statistics, and over them
+    /// the build's wall time, its time on a CPU and its time runnable but waiting for one, ns
+    /// (the rest was off the CPU: asleep on storage, a disk read, a lock).
+    #[serde(default)]
+    pub split_batches: u64,
+    #[serde(default)]
+    pub split_wall_ns: u64,
+    #[serde(default)]
+    pub split_cpu_ns: u64,
+    #[serde(default)]
+    pub split_runq_ns: u64,
 }
 
 impl StageTotals {
@@ -69,7 +80,7 @@ impl StageClock {
         }
     }
 
-    pub fn add_batch(&self, local: &LocalStages, build_ns: u64) {
+    pub fn add_batch(&self, local: &LocalStages, build_ns: u64, sched: Option<(u64, u64)>) {
         let mut t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
         for (total, ns) in t.ns.iter_mut().zip(&local.ns) {
             *total += ns;
@@ -82,6 +93,12 @@ impl StageClock {
         if let Some(ns) = local.storage_ns {
             t.storage_batches += 1;
             t.storage_ns += ns;
+        }
+        if let Some((cpu, runq)) = sched {
+            t.split_batches += 1;
+            t.split_wall_ns += build_ns;
+            t.split_cpu_ns += cpu;
+            t.split_runq_ns += runq;
         }
     }
 
@@ -97,6 +114,14 @@ impl StageClock {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+}
+
+/// This thread's time on a CPU and time runnable waiting for one so far, ns
+/// (`/proc/thread-self/schedstat`; None where it cannot be read).
+pub(super) fn thread_sched() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut f = s.split_whitespace().map(|v| v.parse::<u64>().ok());
+    Some((f.next()??, f.next()??))
 }
 
 /// One builder's stage times for the batch being built.

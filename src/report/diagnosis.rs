@@ -267,6 +267,21 @@ fn stages(a: &Analysis) -> String {
         }
         t.row(row);
     }
+    // The build's wall time as the scheduler saw it, one row across the conditions.
+    if profiled.iter().any(|p| p.build_split.is_some()) {
+        let mut row = vec!["build: on a CPU / waiting for one / off it".to_string()];
+        for p in &profiled {
+            row.push(p.build_split.map_or("–".into(), |b| {
+                format!(
+                    "{} / {} / {}",
+                    pct(b.on_cpu),
+                    pct(b.waiting_for_cpu),
+                    pct(b.off_cpu)
+                )
+            }));
+        }
+        t.row(row);
+    }
     format!(
         "### Loader stages\n\nWhere the loader's time goes, per image: reading and decoding, \
          each transform op, `to_tensor` (with `normalize`) into the batch buffer, the batch's \
@@ -277,7 +292,10 @@ fn stages(a: &Analysis) -> String {
          image was preempted and the sample overshoots the whole build, the per-image stages are \
          scaled down to it). The trace draws \
          the first image of each batch as spans inside `build_batch`; a span costs about as \
-         much as a whole stage, so the figures never come from spans.\n\n{}\n",
+         much as a whole stage, so the figures never come from spans. The last row splits the \
+         build's wall time by the kernel's scheduler statistics of its thread: on a CPU, \
+         runnable but waiting for one (other threads had the cores), and off the CPU (asleep: \
+         emulated storage, a disk read) — time off the CPU lets more workers than cores pay.\n\n{}\n",
         crate::spans::STAGE_SAMPLE,
         t.render()
     )

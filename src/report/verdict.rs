@@ -155,21 +155,26 @@ fn prediction(out: &mut String, a: &Analysis) {
         Some(r) => format!("the node's cores shared by its {r} ranks, per rank"),
         None => "the cores left beside the training step's compute threads".into(),
     };
+    let asleep = p.asleep();
+    let slept_on = if p.storage_share >= asleep {
+        "waiting for storage"
+    } else {
+        "off the CPU (asleep: storage, disk reads)"
+    };
     let capped = match (p.capped, p.cap) {
-        (true, Some(cap)) if p.storage_share > 0.0 => format!(
-            " (cut to {cap}: {cores}, stretched by the {} of the loader's time spent waiting for \
-             storage)",
-            pct(p.storage_share)
+        (true, Some(cap)) if asleep > 0.0 => format!(
+            " (cut to {cap}: {cores}, stretched by the {} of the loader's time spent {slept_on})",
+            pct(asleep)
         ),
         (true, Some(cap)) => format!(" (cut to {cap}: {cores})"),
         _ => String::new(),
     };
-    let waits_for_storage = if p.storage_share > 0.0 {
+    let waits_for_storage = if asleep > 0.0 {
         format!(
-            " The loader waited for storage {} of its time, asleep: workers beyond the cores \
-             pay, so the prediction and `tune` allow {} worker(s) per core the loader may use.",
-            pct(p.storage_share),
-            crate::format::sig(1.0 / (1.0 - p.storage_share.min(0.95)))
+            " The loader spent {} of its time {slept_on}: workers beyond the cores pay, so the \
+             prediction and `tune` allow {} worker(s) per core the loader may use.",
+            pct(asleep),
+            crate::format::sig(1.0 / (1.0 - asleep.min(0.95)))
         )
     } else {
         String::new()

@@ -281,7 +281,7 @@ fn workers_cap(limits: Limits, probe: &Measured) -> u64 {
         // The step holds no core (or only the host's enqueue): up to two per core.
         ComputeDevice::Cuda | ComputeDevice::StandIn => (2 * limits.cores.cores as u64).max(1),
     };
-    let waiting = probe.prediction.as_ref().map_or(0.0, |p| p.storage_share);
+    let waiting = probe.prediction.as_ref().map_or(0.0, |p| p.asleep());
     crate::analysis::beyond_the_cores(cores, waiting)
 }
 
@@ -525,6 +525,7 @@ mod tests {
                 measured: Vec::new(),
                 confirmed: None,
                 storage_share: self.storage_share,
+                off_cpu_share: 0.0,
                 queued: false,
             });
             Ok(Some(Measured {
