@@ -388,3 +388,42 @@ fn bandwidth_caps_throughput_at_any_worker_count() {
         );
     }
 }
+
+#[test]
+fn the_prediction_meets_the_knee_of_a_worker_sweep_behind_storage() {
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("images");
+    small_jpegs(&root);
+    // 10 ms per image, 8 per batch: about 80 ms of loading per batch on one worker, asleep,
+    // against a 12 ms stand-in step — about 7 workers, more than this machine's cores.
+    let text = stored(&root, "latency_ms = 10", "").replace("step_ms = 0.5", "step_ms = 12")
+        + "[protocol]\nwarmup_steps = 2\ntimed_steps = 10\nrounds = 1\nprofile_steps = 4\n\
+           headroom_steps = 6\n\n[matrix]\n\"loader.workers\" = [1, 2, 3, 4, 5, 6, 7, 8]\n";
+    let out = run(dir.path(), "knee", &text);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let p = &r["analysis"]["prediction"];
+    let predicted = p["workers"].as_i64().unwrap();
+    let classes: Vec<(i64, String)> = r["analysis"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["workers"].as_i64().unwrap(),
+                c["judgement"]["input_bound"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let knee = classes
+        .iter()
+        .find(|(_, class)| class == "not")
+        .map(|(w, _)| *w)
+        .unwrap_or_else(|| panic!("no worker count kept up: {classes:?}"));
+    eprintln!("predicted {predicted} workers, the sweep's knee {knee}: {classes:?}");
+    assert!(
+        (predicted - knee).abs() <= 1,
+        "predicted {predicted}, the sweep's knee {knee}: {classes:?}; {p}"
+    );
+}
