@@ -14,7 +14,7 @@ use crate::config::{Experiment, ProtocolSection, ReportSection, RunOrder, Settin
 const ORDER_STREAM: u64 = 0x6f72_6465_725f_7273;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(from = "PlanFile")]
+#[serde(try_from = "PlanFile")]
 pub struct Plan {
     pub experiment: PlanExperiment,
     pub conditions: Vec<PlanCondition>,
@@ -35,12 +35,20 @@ pub struct PlanExperiment {
 
 /// plan.json as every version wrote it: today `protocol` and `report` sections; before, the
 /// protocol's fields flat beside the name (without `headroom` in the first folders, which had
-/// no headroom run) and no `report` (then it is the first condition's).
+/// no headroom run) and no `report` (then it is the first condition's), and before that every
+/// condition's config held its own copy of both sections.
 #[derive(Deserialize)]
 struct PlanFile {
     experiment: PlanExperimentFile,
-    conditions: Vec<PlanCondition>,
+    conditions: Vec<PlanConditionFile>,
     runs: Vec<PlannedRun>,
+}
+
+#[derive(Deserialize)]
+struct PlanConditionFile {
+    name: String,
+    overrides: toml::Table,
+    config: serde_json::Value,
 }
 
 #[derive(Deserialize)]
@@ -63,9 +71,30 @@ struct PlanExperimentFile {
     headroom_steps: Option<u64>,
 }
 
-impl From<PlanFile> for Plan {
-    fn from(f: PlanFile) -> Plan {
+impl TryFrom<PlanFile> for Plan {
+    type Error = String;
+
+    fn try_from(f: PlanFile) -> Result<Plan, String> {
         let e = f.experiment;
+        // Earlier layouts: the experiment-wide sections inside each condition's config.
+        let mut first_report = None;
+        let mut conditions = Vec::with_capacity(f.conditions.len());
+        for mut c in f.conditions {
+            if let serde_json::Value::Object(config) = &mut c.config {
+                config.remove("protocol");
+                if let Some(r) = config.remove("report")
+                    && first_report.is_none()
+                {
+                    first_report = serde_json::from_value::<ReportSection>(r).ok();
+                }
+            }
+            conditions.push(PlanCondition {
+                config: serde_json::from_value(c.config)
+                    .map_err(|err| format!("condition {:?}: {err}", c.name))?,
+                name: c.name,
+                overrides: c.overrides,
+            });
+        }
         let d = ProtocolSection::default();
         let protocol = e.protocol.unwrap_or(ProtocolSection {
             warmup_steps: e.warmup_steps.unwrap_or(d.warmup_steps),
@@ -78,11 +107,8 @@ impl From<PlanFile> for Plan {
             headroom: e.headroom.unwrap_or(false),
             headroom_steps: e.headroom_steps.unwrap_or(0),
         });
-        let report = e
-            .report
-            .or_else(|| f.conditions.first().map(|c| c.config.report.clone()))
-            .unwrap_or_default();
-        Plan {
+        let report = e.report.or(first_report).unwrap_or_default();
+        Ok(Plan {
             experiment: PlanExperiment {
                 name: e.name,
                 description: e.description,
@@ -96,16 +122,15 @@ impl From<PlanFile> for Plan {
                 .runs
                 .into_iter()
                 .map(|r| PlannedRun {
-                    condition_index: f
-                        .conditions
+                    condition_index: conditions
                         .iter()
                         .position(|c| c.name == r.condition)
                         .unwrap_or(0),
                     ..r
                 })
                 .collect(),
-            conditions: f.conditions,
-        }
+            conditions,
+        })
     }
 }
 
@@ -155,7 +180,7 @@ pub fn round_orders(
 
 pub fn build(exp: &Experiment) -> Plan {
     let s = &exp.base;
-    let p = &s.protocol;
+    let p = &exp.protocol;
     let orders = round_orders(
         exp.conditions.len(),
         p.rounds as usize,
@@ -181,7 +206,7 @@ pub fn build(exp: &Experiment) -> Plan {
             file: exp.file.display().to_string(),
             seed: s.experiment.seed,
             protocol: p.clone(),
-            report: s.report.clone(),
+            report: exp.report.clone(),
         },
         conditions: exp
             .conditions

@@ -96,7 +96,7 @@ pub fn prepare(
     let experiment = shared.join("slurm").join("experiment.toml");
     crate::results::write_atomic(&experiment, resolved_toml.as_bytes())?;
     let binary = std::env::current_exe()?;
-    let groups = tasks(plan, opts.grouping, exp.base.protocol.profile);
+    let groups = tasks(plan, opts.grouping, exp.protocol.profile);
     let mut s = String::new();
     let _ = writeln!(s, "#!/bin/bash");
     let _ = writeln!(

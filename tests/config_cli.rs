@@ -618,9 +618,12 @@ fn seed_experiment_plans_the_seed_protocol() {
     );
     let c = &plan["conditions"][0]["config"];
     assert_eq!(c["loader"]["batch_size"], 256);
-    assert_eq!(c["protocol"]["warmup_steps"], 40);
-    assert_eq!(c["protocol"]["timed_steps"], 100);
-    assert_eq!(c["protocol"]["profile_steps"], 20);
+    // The protocol is the experiment's, once; no condition carries a copy.
+    let p = &plan["experiment"]["protocol"];
+    assert_eq!(p["warmup_steps"], 40);
+    assert_eq!(p["timed_steps"], 100);
+    assert_eq!(p["profile_steps"], 20);
+    assert!(c.get("protocol").is_none() && c.get("report").is_none(), "{c}");
     assert_eq!(c["transforms"][0]["scale"], serde_json::json!([0.75, 1.0]));
     assert_eq!(c["transforms"][1]["degrees"], 15.0);
 }

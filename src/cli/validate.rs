@@ -14,7 +14,7 @@ pub(super) fn validate(files: &[PathBuf], overrides: &Overrides) -> Result<(), F
                 "ok: {} ({} conditions, {} runs)",
                 file.display(),
                 exp.conditions.len(),
-                exp.conditions.len() as u64 * exp.base.protocol.rounds
+                exp.conditions.len() as u64 * exp.protocol.rounds
             ),
             Err(_) => failed += 1,
         }

@@ -86,7 +86,6 @@ mod tests {
             ("model", "stem"),
             ("optimizer", "kind"),
             ("device", "kind"),
-            ("protocol", "order"),
         ] {
             for word in choices(&format!("{section}.{key}")).unwrap() {
                 let mut t = table.clone();
@@ -94,6 +93,10 @@ mod tests {
                 let parsed: Result<Settings, _> = toml::Value::Table(t).try_into();
                 assert!(parsed.is_ok(), "{section}.{key} = {word}: {parsed:?}");
             }
+        }
+        for word in choices("protocol.order").unwrap() {
+            let o: RunOrder = toml::Value::String(word.to_string()).try_into().unwrap();
+            assert_eq!(serde_json::to_value(o).unwrap(), *word);
         }
         for word in choices("report.formats").unwrap() {
             let f: ImageFormat = toml::Value::String(word.to_string()).try_into().unwrap();

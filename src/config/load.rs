@@ -21,7 +21,7 @@ use super::locate::{Context, Source};
 use super::matrix::{Axis, ConditionSpec, check_axis, expand, file_axes, listed_conditions};
 use super::problem::{KeyPath, Location, Problem, Seg, line_column};
 use super::raw::check_value;
-use super::schema::Settings;
+use super::schema::{ExperimentWide, ProtocolSection, ReportSection, Settings};
 use super::validate::{check_experiment_wide, check_settings};
 
 /// Prefix of the environment variables that override settings: `LOADERLAB_LOADER__WORKERS=4`.
@@ -97,12 +97,17 @@ fn render(problems: &[Problem]) -> String {
     lines.join("\n")
 }
 
-/// A validated experiment: the base settings and every condition's resolved settings.
+/// A validated experiment: the base settings, every condition's resolved settings, and the
+/// experiment-wide sections once.
 #[derive(Debug, Clone, Serialize)]
 pub struct Experiment {
     pub file: PathBuf,
     /// Settings before any condition's overrides.
     pub base: Settings,
+    /// How every condition is measured.
+    pub protocol: ProtocolSection,
+    /// How the results are reported.
+    pub report: ReportSection,
     pub conditions: Vec<Condition>,
 }
 
@@ -163,12 +168,34 @@ pub fn load_str(file: &Path, text: &str, overrides: &Overrides) -> Result<Experi
     for path in &rejected {
         remove_path(&mut file_layer, path);
     }
+    // The experiment-wide sections apart from a condition's.
+    let mut layers = [file_layer, env_table, set_table];
+    let wide_layers = layers.each_mut().map(|t| {
+        toml::Table::from_iter(
+            ExperimentWide::SECTIONS
+                .iter()
+                .filter_map(|k| t.remove(*k).map(|v| (k.to_string(), v))),
+        )
+    });
+    let [file_layer, env_table, set_table] = layers;
     let figment = Figment::new()
         .merge(Serialized::defaults(Settings::default()))
         .merge(Serialized::defaults(file_layer))
         .merge(Serialized::defaults(env_table))
         .merge(Serialized::defaults(set_table));
-    let base: Settings = match figment.extract() {
+    let [file_wide, env_wide, set_wide] = wide_layers;
+    let wide_figment = Figment::new()
+        .merge(Serialized::defaults(ExperimentWide::default()))
+        .merge(Serialized::defaults(file_wide))
+        .merge(Serialized::defaults(env_wide))
+        .merge(Serialized::defaults(set_wide));
+    let extracted = match figment.extract::<Settings>() {
+        Ok(base) => wide_figment
+            .extract::<ExperimentWide>()
+            .map(|wide| (base, wide)),
+        Err(e) => Err(e),
+    };
+    let (base, wide) = match extracted {
         Ok(s) => s,
         Err(e) => {
             // The raw checks make this unexpected; it is still a problem, never a panic.
@@ -182,7 +209,7 @@ pub fn load_str(file: &Path, text: &str, overrides: &Overrides) -> Result<Experi
     };
     let resolved = resolve(&mut cx, &base, &specs);
     let names: Vec<&str> = resolved.iter().map(|c| c.name.as_str()).collect();
-    for (path, message) in check_experiment_wide(&base, &names) {
+    for (path, message) in check_experiment_wide(&base, &wide, &names) {
         let location = cx.origin(&path);
         cx.push(location, &path, message);
     }
@@ -194,6 +221,8 @@ pub fn load_str(file: &Path, text: &str, overrides: &Overrides) -> Result<Experi
     Ok(Experiment {
         file: file.to_path_buf(),
         base,
+        protocol: wide.protocol,
+        report: wide.report,
         conditions: resolved,
     })
 }
@@ -203,6 +232,12 @@ pub fn load_str(file: &Path, text: &str, overrides: &Overrides) -> Result<Experi
 fn schema() -> Value {
     let mut schema =
         Value::try_from(Settings::default()).expect("the default settings serialise to TOML");
+    if let (Value::Table(t), Value::Table(wide)) = (
+        &mut schema,
+        Value::try_from(ExperimentWide::default()).expect("the sections serialise to TOML"),
+    ) {
+        t.extend(wide);
+    }
     if let Some(Value::Array(ranks)) = schema
         .get_mut("distributed")
         .and_then(|d| d.get_mut("rank"))

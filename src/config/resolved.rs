@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::{Experiment, Settings};
+use super::{Experiment, ProtocolSection, ReportSection, Settings};
 
 /// The resolved experiment as TOML. An experiment that cannot be encoded is an error, never an
 /// empty file that a reader would take for the defaults.
@@ -12,11 +12,13 @@ pub fn resolved_toml(exp: &Experiment) -> Result<String, toml::ser::Error> {
     toml::to_string(&ResolvedFile::new(exp))
 }
 
-/// The experiment as it ran: the base settings plus the conditions.
+/// The experiment as it ran: the base settings, the experiment-wide sections, the conditions.
 #[derive(Serialize)]
 struct ResolvedFile {
     #[serde(flatten)]
     base: Settings,
+    protocol: ProtocolSection,
+    report: ReportSection,
     conditions: Vec<ResolvedCondition>,
 }
 
@@ -31,6 +33,8 @@ impl ResolvedFile {
     fn new(exp: &Experiment) -> Self {
         ResolvedFile {
             base: exp.base.clone(),
+            protocol: exp.protocol.clone(),
+            report: exp.report.clone(),
             conditions: exp
                 .conditions
                 .iter()

@@ -5,6 +5,8 @@
 //! 40 + 100 steps, 3 alternating rounds, 20 profiled steps), so an empty `[section]` means
 //! "as the article did it". `Settings::default()` serialised to TOML is also the schema the
 //! raw checker walks, so a field added here is known to validation without further work.
+//! [`Settings`] holds a condition's sections; the experiment-wide ones (`[protocol]`,
+//! `[report]`) are [`ExperimentWide`], held once by the loaded experiment.
 
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +19,8 @@ pub use crate::transforms::ops::{
     RandomRotationSpec, RandomVerticalFlipSpec, ResizeSpec, Size, ToTensorSpec, TransformSpec,
 };
 
-/// The resolved settings of one condition.
+/// The resolved settings of one condition: `[experiment]` (its seed drives the condition's
+/// data) and the sections a matrix may vary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Settings {
@@ -29,8 +32,20 @@ pub struct Settings {
     pub optimizer: OptimizerSection,
     pub device: DeviceSection,
     pub distributed: DistributedSection,
+}
+
+/// The sections that describe the experiment as a whole: how every condition is measured and
+/// reported. Set once; never part of a condition.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExperimentWide {
     pub protocol: ProtocolSection,
     pub report: ReportSection,
+}
+
+impl ExperimentWide {
+    /// Its sections' names, as the file spells them.
+    pub const SECTIONS: [&str; 2] = ["protocol", "report"];
 }
 
 impl Default for Settings {
@@ -44,8 +59,6 @@ impl Default for Settings {
             optimizer: OptimizerSection::default(),
             device: DeviceSection::default(),
             distributed: DistributedSection::default(),
-            protocol: ProtocolSection::default(),
-            report: ReportSection::default(),
         }
     }
 }

@@ -3,8 +3,8 @@
 
 use super::problem::KeyPath;
 use super::schema::{
-    CacheMode, ColorMode, DatasetKind, DeviceKind, Encoding, ModelSection, OptimizerKind,
-    OptimizerSection, PageCache, Settings, Split, TransformSpec,
+    CacheMode, ColorMode, DatasetKind, DeviceKind, Encoding, ExperimentWide, ModelSection,
+    OptimizerKind, OptimizerSection, PageCache, Settings, Split, TransformSpec,
 };
 use crate::net::{self, ModelInput};
 use crate::shape::ImageShape;
@@ -414,7 +414,11 @@ fn check_optimizer(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
 }
 
 /// Checks on the settings that describe the whole experiment.
-pub fn check_experiment_wide(s: &Settings, conditions: &[&str]) -> Vec<(KeyPath, String)> {
+pub fn check_experiment_wide(
+    s: &Settings,
+    wide: &ExperimentWide,
+    conditions: &[&str],
+) -> Vec<(KeyPath, String)> {
     let mut out = Vec::new();
     let name = &s.experiment.name;
     let safe = !name.is_empty()
@@ -428,7 +432,7 @@ pub fn check_experiment_wide(s: &Settings, conditions: &[&str]) -> Vec<(KeyPath,
             format!("expected a folder name of letters, digits, '-', '_' or '.', found {name:?}"),
         ));
     }
-    let p = &s.protocol;
+    let p = &wide.protocol;
     if p.timed_steps == 0 {
         out.push((
             KeyPath::keys(["protocol", "timed_steps"]),
@@ -453,7 +457,7 @@ pub fn check_experiment_wide(s: &Settings, conditions: &[&str]) -> Vec<(KeyPath,
             "expected at least 1 step when headroom = true (or set headroom = false)".into(),
         ));
     }
-    let r = &s.report;
+    let r = &wide.report;
     if !r.baseline.is_empty() && !conditions.contains(&r.baseline.as_str()) {
         let list: Vec<String> = conditions.iter().map(|c| format!("{c:?}")).collect();
         out.push((
@@ -494,16 +498,17 @@ mod tests {
     fn defaults_are_valid() {
         let s = Settings::default();
         assert!(check_settings(&s).is_empty());
-        assert!(check_experiment_wide(&s, &["default"]).is_empty());
+        assert!(check_experiment_wide(&s, &ExperimentWide::default(), &["default"]).is_empty());
     }
 
     #[test]
     fn advice_settings_are_checked() {
         let mut s = Settings::default();
-        s.report.highly_input_bound = 0.1;
-        s.report.moderately_input_bound = 0.3;
-        s.protocol.headroom_steps = 0;
-        let wide: Vec<String> = check_experiment_wide(&s, &["default"])
+        let mut w = ExperimentWide::default();
+        w.report.highly_input_bound = 0.1;
+        w.report.moderately_input_bound = 0.3;
+        w.protocol.headroom_steps = 0;
+        let wide: Vec<String> = check_experiment_wide(&s, &w, &["default"])
             .into_iter()
             .map(|(k, m)| format!("{k}: {m}"))
             .collect();

@@ -181,7 +181,7 @@ pub fn run(
         metas: &mut metas,
     };
     let mut interrupted = runs.timed(plan, &mut out)?;
-    if !interrupted && exp.base.protocol.headroom {
+    if !interrupted && exp.protocol.headroom {
         for (i, c) in exp.conditions.iter().enumerate() {
             if let Some(record) = &runs.metas[i].headroom {
                 reporter.headroom(&c.name, record);
@@ -189,7 +189,7 @@ pub fn run(
         }
     }
     // Profiled runs: separate, short, traced; never part of the speed figures.
-    if !interrupted && exp.base.protocol.profile {
+    if !interrupted && exp.protocol.profile {
         interrupted = runs.profiled(&out)?;
     }
 
@@ -254,7 +254,7 @@ impl Runs<'_> {
                 return Ok(true);
             }
             let setup = &self.prepared[planned.condition_index];
-            let protocol = &self.exp.base.protocol;
+            let protocol = &self.exp.protocol;
             let total = plan.runs.len();
             let done = if setup.ranks() > 1 {
                 let devices = self.trainers.ranks(planned.condition_index, setup)?;
@@ -272,7 +272,7 @@ impl Runs<'_> {
                 .get(at + 1)
                 .is_none_or(|next| next.round != planned.round);
             if round_ends
-                && self.exp.base.protocol.headroom
+                && self.exp.protocol.headroom
                 && !round_headroom(
                     self.exp,
                     self.opts,
@@ -301,7 +301,7 @@ impl Runs<'_> {
                 return Ok(true);
             }
             let trainer = self.trainers.get(i, &self.prepared[i])?;
-            let protocol = &self.exp.base.protocol;
+            let protocol = &self.exp.protocol;
             let done = profiled::run(&c.name, protocol, &self.prepared[i], trainer, out)?;
             out.reporter.profiled(&c.name, &done.trace);
             self.metas[i].trace = Some(done.trace);
@@ -326,9 +326,9 @@ fn round_headroom(
     metas: &mut [ConditionMeta],
     round: usize,
 ) -> Result<bool, RunError> {
-    let (rounds, r) = (exp.base.protocol.rounds.max(1), round as u64);
+    let (rounds, r) = (exp.protocol.rounds.max(1), round as u64);
     for (i, c) in exp.conditions.iter().enumerate() {
-        let total = exp.base.protocol.headroom_steps;
+        let total = exp.protocol.headroom_steps;
         let steps = total * (r + 1) / rounds - total * r / rounds;
         if !opts.profiles(i) || steps == 0 {
             continue;

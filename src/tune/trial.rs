@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::analysis::{Analysis, paired_ratio};
-use crate::config::{Condition, Experiment, RunOrder, Settings, check_settings};
+use crate::config::{Condition, Experiment, ReportSection, RunOrder, Settings, check_settings};
 use crate::execute::{self, ExecuteError};
 use crate::plan;
 use crate::results::{Raw, TrialSetting};
@@ -99,7 +99,7 @@ pub fn trial_experiment(
     protocol: TrialProtocol,
 ) -> Result<Experiment, String> {
     let mut base = settings.clone();
-    let p = &mut base.protocol;
+    let mut p = exp.protocol.clone();
     p.warmup_steps = protocol.warmup_steps;
     p.timed_steps = protocol.timed_steps;
     p.rounds = if probe { 1 } else { protocol.rounds };
@@ -107,7 +107,10 @@ pub fn trial_experiment(
     p.profile = probe;
     p.profile_steps = p.profile_steps.clamp(1, 10);
     p.headroom = probe;
-    base.report.baseline = String::new();
+    let report = ReportSection {
+        baseline: String::new(),
+        ..exp.report.clone()
+    };
     let label = knob.key().rsplit('.').next().unwrap_or(knob.key());
     let mut conditions = Vec::new();
     for &v in values {
@@ -133,6 +136,8 @@ pub fn trial_experiment(
     Ok(Experiment {
         file: exp.file.clone(),
         base,
+        protocol: p,
+        report,
         conditions,
     })
 }
