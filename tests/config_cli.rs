@@ -623,7 +623,10 @@ fn seed_experiment_plans_the_seed_protocol() {
     assert_eq!(p["warmup_steps"], 40);
     assert_eq!(p["timed_steps"], 100);
     assert_eq!(p["profile_steps"], 20);
-    assert!(c.get("protocol").is_none() && c.get("report").is_none(), "{c}");
+    assert!(
+        c.get("protocol").is_none() && c.get("report").is_none(),
+        "{c}"
+    );
     assert_eq!(c["transforms"][0]["scale"], serde_json::json!([0.75, 1.0]));
     assert_eq!(c["transforms"][1]["degrees"], 15.0);
 }

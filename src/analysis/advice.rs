@@ -63,7 +63,7 @@ pub struct PredictionCheck {
 }
 
 /// Workers needed ≈ loader time per batch ÷ step time without waiting.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct WorkerPrediction {
     /// The condition whose costs it uses: of those sharing the baseline's settings but for
     /// the worker count, the one with the fewest workers (its batch building competes least).

@@ -453,16 +453,9 @@ fn condition_summaries(
         );
         let img_per_s = bootstrap(&[&values], seed ^ 0x100 ^ ci as u64, |s| median(&s[0]));
         let meta = raw.meta.condition(&c.name);
-        // With several ranks the headroom run is one rank's device alone; the node's ceiling
-        // is the ranks' together.
-        let ranks = c.config.distributed.ranks.max(1) as f64;
         let headroom = meta
             .and_then(|m| m.headroom.as_ref())
-            .and_then(|h| Headroom::from_record(h, img_per_s.point / ranks))
-            .map(|h| Headroom {
-                img_per_s: h.img_per_s * ranks,
-                ..h
-            });
+            .and_then(|h| node_headroom(h, img_per_s.point, &c.config));
         let device_idle = median(&mine.iter().map(|r| r.device_idle).collect::<Vec<_>>());
         // On an asynchronous device the host's waiting overlaps device work: judge by the
         // device's idle share where device times exist.
@@ -472,19 +465,6 @@ fn condition_summaries(
             } else {
                 (wait_share, ClassifiedBy::Waiting)
             };
-        let mine_steps: Vec<ranks::RankStep> = rank_steps
-            .iter()
-            .zip(&step_conditions)
-            .filter(|(_, n)| **n == c.name)
-            .map(|(s, _)| *s)
-            .collect();
-        let node = ranks::node(
-            &mine_steps,
-            mine.iter().map(|r| r.elapsed_s * 1e3).sum(),
-            &thresholds,
-            raw.plan.report().straggler_skew,
-            seed ^ 0x2a ^ ci as u64,
-        );
         summaries.push(ConditionSummary {
             condition: c.name.clone(),
             runs: mine.len(),
@@ -510,21 +490,46 @@ fn condition_summaries(
             headroom,
             resources: Some(resources::of(
                 &mine,
-                &step_compute
-                    .iter()
-                    .zip(&step_conditions)
-                    .filter(|(_, n)| **n == c.name)
-                    .map(|(v, _)| *v)
-                    .collect::<Vec<_>>(),
+                &of_condition(&step_compute, &step_conditions, &c.name),
                 meta.filter(|m| m.compute_device != crate::results::ComputeDevice::StandIn)
                     .and_then(|m| m.headroom.as_ref())
                     .map(|h| &h.step_ms[..]),
                 seed ^ 0x1f1a ^ ci as u64,
             )),
-            node,
+            node: ranks::node(
+                &of_condition(&rank_steps, &step_conditions, &c.name),
+                mine.iter().map(|r| r.elapsed_s * 1e3).sum(),
+                &thresholds,
+                raw.plan.report().straggler_skew,
+                seed ^ 0x2a ^ ci as u64,
+            ),
         });
     }
     Ok(summaries)
+}
+
+/// The values of the steps that `name` took (`conditions` names each step's condition).
+fn of_condition<T: Copy>(values: &[T], conditions: &[String], name: &str) -> Vec<T> {
+    values
+        .iter()
+        .zip(conditions)
+        .filter(|(_, n)| *n == name)
+        .map(|(v, _)| *v)
+        .collect()
+}
+
+/// The ceiling from a headroom record. With several ranks the headroom run is one rank's
+/// device alone; the node's ceiling is the ranks' together.
+fn node_headroom(
+    h: &crate::results::HeadroomRecord,
+    img_per_s: f64,
+    config: &crate::config::Settings,
+) -> Option<Headroom> {
+    let ranks = config.distributed.ranks.max(1) as f64;
+    Headroom::from_record(h, img_per_s / ranks).map(|h| Headroom {
+        img_per_s: h.img_per_s * ranks,
+        ..h
+    })
 }
 
 /// Every step's rank figures, in the frame's order.

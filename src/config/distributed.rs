@@ -152,17 +152,7 @@ pub fn check(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
                 ),
             ));
         }
-        for (name, v) in [
-            ("latency_ms", o.storage.latency_ms),
-            ("bandwidth_mb_s", o.storage.bandwidth_mb_s),
-        ] {
-            if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
-                out.push((
-                    at("storage").key(name.to_string()),
-                    format!("expected a number from 0 (off) to 1e6, found {v}"),
-                ));
-            }
-        }
+        super::validate::storage_ranges(&o.storage, &at("storage"), out);
     }
 }
 

@@ -4,7 +4,7 @@
 use super::problem::KeyPath;
 use super::schema::{
     CacheMode, ColorMode, DatasetKind, DeviceKind, Encoding, ExperimentWide, ModelSection,
-    OptimizerKind, OptimizerSection, PageCache, Settings, Split, TransformSpec,
+    OptimizerKind, OptimizerSection, PageCache, Settings, Split, StorageSection, TransformSpec,
 };
 use crate::net::{self, ModelInput};
 use crate::shape::ImageShape;
@@ -65,25 +65,34 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
     out
 }
 
-/// The dataset section.
-fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
-    let mut bad = |path: KeyPath, message: String| out.push((path, message));
-    let key = |section: &str, name: &str| KeyPath::keys([section, name]);
-    let per_file = (s.dataset.kind == DatasetKind::ImageFolder
-        && s.dataset.cache == CacheMode::None)
-        || s.dataset.kind == DatasetKind::Webdataset;
-    let st = &s.dataset.storage;
+/// A `[dataset.storage]` table's ranges (the dataset's, or a rank's at `at`).
+pub(super) fn storage_ranges(st: &StorageSection, at: &KeyPath, out: &mut Vec<(KeyPath, String)>) {
     for (name, v) in [
         ("latency_ms", st.latency_ms),
         ("bandwidth_mb_s", st.bandwidth_mb_s),
     ] {
         if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
-            bad(
-                KeyPath::keys(["dataset", "storage", name]),
+            out.push((
+                at.key(name),
                 format!("expected a number from 0 (off) to 1e6, found {v}"),
-            );
+            ));
         }
     }
+}
+
+/// Where the dataset's files are read from: emulated storage, read-ahead, the page cache.
+fn check_storage(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
+    storage_ranges(
+        &s.dataset.storage,
+        &KeyPath::keys(["dataset", "storage"]),
+        out,
+    );
+    let mut bad = |path: KeyPath, message: String| out.push((path, message));
+    let key = |section: &str, name: &str| KeyPath::keys([section, name]);
+    let st = &s.dataset.storage;
+    let per_file = (s.dataset.kind == DatasetKind::ImageFolder
+        && s.dataset.cache == CacheMode::None)
+        || s.dataset.kind == DatasetKind::Webdataset;
     let encoded = matches!(
         s.dataset.kind,
         DatasetKind::ImageFolder | DatasetKind::Webdataset
@@ -116,6 +125,13 @@ fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
                 .to_string(),
         );
     }
+}
+
+/// The dataset section.
+fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
+    check_storage(s, out);
+    let mut bad = |path: KeyPath, message: String| out.push((path, message));
+    let key = |section: &str, name: &str| KeyPath::keys([section, name]);
     if s.dataset.kind == DatasetKind::Synthetic {
         if !(1..=100).contains(&s.dataset.quality) {
             bad(

@@ -520,13 +520,8 @@ mod tests {
                 step_ms: self.step_ms,
                 workers_exact: self.loader_ms / self.step_ms,
                 workers: w,
-                cap: None,
-                capped: false,
-                measured: Vec::new(),
-                confirmed: None,
                 storage_share: self.storage_share,
-                off_cpu_share: 0.0,
-                queued: false,
+                ..WorkerPrediction::default()
             });
             Ok(Some(Measured {
                 settings,
