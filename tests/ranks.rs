@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 mod common;
-use common::{loaderlab, run_experiment as run};
+use common::{loaderlab, run_experiment as run, split_csv};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -88,25 +88,11 @@ fn fingerprints(out: &Path) -> BTreeMap<(u64, u64, u64), (String, u64)> {
     );
     lines
         .map(|l| {
-            let f = fields(l);
+            let f = split_csv(l);
             let n = |i: usize| f[i].parse::<u64>().unwrap();
             ((n(run), n(rank), n(step)), (f[fp].clone(), n(epoch)))
         })
         .collect()
-}
-
-/// A CSV line's fields (a condition named by several settings is quoted: it holds commas).
-fn fields(line: &str) -> Vec<String> {
-    let (mut out, mut field, mut quoted) = (Vec::new(), String::new(), false);
-    for ch in line.chars() {
-        match ch {
-            '"' => quoted = !quoted,
-            ',' if !quoted => out.push(std::mem::take(&mut field)),
-            c => field.push(c),
-        }
-    }
-    out.push(field);
-    out
 }
 
 fn verify(out: &Path) {

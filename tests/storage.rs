@@ -6,26 +6,12 @@ use std::path::Path;
 use std::sync::Mutex;
 
 mod common;
-use common::{loaderlab, run_experiment as run};
+use common::{loaderlab, run_experiment as run, split_csv};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// One CSV line's fields (a quoted field may hold commas).
-fn split_csv(line: &str) -> Vec<String> {
-    let (mut fields, mut cur, mut quoted) = (Vec::new(), String::new(), false);
-    for c in line.chars() {
-        match c {
-            '"' => quoted = !quoted,
-            ',' if !quoted => fields.push(std::mem::take(&mut cur)),
-            _ => cur.push(c),
-        }
-    }
-    fields.push(cur);
-    fields
 }
 
 /// runs.csv as (condition, column → value) rows.

@@ -9,6 +9,15 @@ use serde_json::Value;
 mod common;
 use common::{loaderlab, run_experiment};
 
+/// Append one member to a shard.
+fn put(shard: &mut tar::Builder<std::fs::File>, name: String, data: &[u8]) {
+    let mut h = tar::Header::new_gnu();
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    shard.append_data(&mut h, name, data).unwrap();
+}
+
 /// 16 PNGs, 8 per class, written both as an image folder (`folder/c0/000.png` …) and as two
 /// shards (`shards/part-000.tar` holds class 0, `part-001.tar` class 1), in the same order.
 fn dataset(dir: &Path, label_every: bool) {
@@ -31,16 +40,13 @@ fn dataset(dir: &Path, label_every: bool) {
                 .unwrap();
             std::fs::write(folder.join(format!("{i:03}.png")), &png).unwrap();
             let key = format!("sample{class}{i:03}");
-            let mut put = |name: String, data: &[u8]| {
-                let mut h = tar::Header::new_gnu();
-                h.set_size(data.len() as u64);
-                h.set_mode(0o644);
-                h.set_cksum();
-                shard.append_data(&mut h, name, data).unwrap();
-            };
-            put(format!("{key}.png"), &png);
+            put(&mut shard, format!("{key}.png"), &png);
             if label_every || i != 5 {
-                put(format!("{key}.cls"), class.to_string().as_bytes());
+                put(
+                    &mut shard,
+                    format!("{key}.cls"),
+                    class.to_string().as_bytes(),
+                );
             }
         }
         shard.finish().unwrap();
@@ -206,15 +212,12 @@ fn many(dir: &Path) {
             img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
                 .unwrap();
             std::fs::write(folder.join(format!("{n:04}.png")), &png).unwrap();
-            let mut put = |name: String, data: &[u8]| {
-                let mut h = tar::Header::new_gnu();
-                h.set_size(data.len() as u64);
-                h.set_mode(0o644);
-                h.set_cksum();
-                shard.append_data(&mut h, name, data).unwrap();
-            };
-            put(format!("s{n:04}.png"), &png);
-            put(format!("s{n:04}.cls"), class.to_string().as_bytes());
+            put(&mut shard, format!("s{n:04}.png"), &png);
+            put(
+                &mut shard,
+                format!("s{n:04}.cls"),
+                class.to_string().as_bytes(),
+            );
         }
         shard.finish().unwrap();
     }

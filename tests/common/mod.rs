@@ -62,3 +62,18 @@ pub fn run_experiment(dir: &std::path::Path, name: &str, text: &str) -> std::pat
     );
     out
 }
+
+/// One CSV line's fields (a quoted field may hold commas).
+#[allow(dead_code)]
+pub fn split_csv(line: &str) -> Vec<String> {
+    let (mut fields, mut cur, mut quoted) = (Vec::new(), String::new(), false);
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    fields.push(cur);
+    fields
+}
