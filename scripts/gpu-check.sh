@@ -7,6 +7,7 @@
 #   - a one-step run, twice: the first JIT-compiles candle's PTX kernels (its wall time is the
 #     compile cost, which belongs to warm-up and never to timed steps), the second reuses the
 #     compute cache (CUDA_CACHE_MAXSIZE is raised so the cache holds every kernel);
+#   - runs experiments/stand_in.toml on CUDA (the stand-in step's kernel, ~15 s);
 #   - runs experiments/dataloader_workers.toml on CUDA (synthetic data of FashionMNIST's shape:
 #     GPU machines here cannot download), and a shorter variant if that fails or runs out of time;
 #   - then, time permitting, a worker sweep (0, 1, 2, 4, 8) with fewer steps;
@@ -97,6 +98,21 @@ main() {
     run first-step-cached 60 experiments/dataloader_workers.toml "${SYN[@]}" "${ONE[@]}" || true
   else
     stage "kernels loaded: FAILED (see the first-step-jit output above)"
+  fi
+
+  # The stand-in step's CUDA kernel (checked against the host on first use): its device time
+  # per step must be the declared 40 ms and its ceiling 64 / 40 ms = 1,600 img/s.
+  if run stand-in-cuda 60 experiments/stand_in.toml --set "device.kind=$DEV" --set protocol.rounds=1; then
+    python3 - /tmp/results/stand-in-cuda/result.json <<'PY' || true
+import json, sys
+r = json.load(open(sys.argv[1]))
+for c in r["analysis"]["conditions"]:
+    h = c.get("headroom") or {}
+    print(f"stand-in {c['condition']}: device {c['device_median_ms']:.3f} ms/step (want 40), "
+          f"ceiling {h.get('img_per_s', float('nan')):.0f} img/s (want 1600), "
+          f"{c['judgement']['input_bound']} ({c['judgement']['share']:.4f} {c['judgement']['classified_by']})")
+PY
+    cp /tmp/results/stand-in-cuda/report.md "$OUT/stand-in-report.md" 2>/dev/null || true
   fi
 
   MAIN=main

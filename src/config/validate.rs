@@ -286,11 +286,11 @@ fn check_model(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
                 ),
             ));
         }
-        if s.device.kind == DeviceKind::Cuda {
+        if s.device.kind != DeviceKind::Cpu && s.distributed.several() {
             out.push((
                 KeyPath::keys(["device", "kind"]),
-                "model.kind = \"stand_in\" runs on the emulated device, on the CPU; its CUDA \
-                 kernel is not built yet: set device.kind = \"cpu\" or \"auto\""
+                "several ranks run on emulated devices, on the CPU; one rank per GPU is not \
+                 built yet: set device.kind = \"cpu\""
                     .to_string(),
             ));
         }

@@ -423,15 +423,28 @@ impl Trainers {
                             setup.device.clone(),
                         )?)),
                         // The all-reduce is device time added to every step.
-                        (None, step_ms) => DeviceStep::StandIn(StandIn::new(
+                        (None, step_ms) => stand_in(
+                            setup,
                             step_ms.unwrap_or(0.0) + setup.settings().distributed.allreduce_ms,
-                        )?),
+                        )?,
                     });
                 }
                 e.insert(devices)
             }
         })
     }
+}
+
+/// The stand-in step of `step_ms`: on CUDA its kernel, elsewhere the emulated device.
+fn stand_in(setup: &Setup, step_ms: f64) -> Result<DeviceStep, RunError> {
+    #[cfg(feature = "cuda")]
+    if setup.compute_device == crate::results::ComputeDevice::Cuda {
+        return Ok(DeviceStep::CudaStandIn(Box::new(
+            crate::train::CudaStandIn::new(&setup.device, step_ms)?,
+        )));
+    }
+    let _ = setup;
+    Ok(DeviceStep::StandIn(StandIn::new(step_ms)?))
 }
 
 /// What the timings include and exclude, stated in the results.

@@ -297,19 +297,20 @@ impl Setups {
             )),
         };
         let data = DataSetup::with_dataset(s, dataset);
-        let stand_in = s.model.stand_in_ms().is_some();
+        // The stand-in step on the CPU is the emulated device; on CUDA, its kernel.
+        let emulated = s.model.stand_in_ms().is_some() && on_cpu;
         Ok(Setup {
             network: data.network()?,
             data,
             device,
-            compute_device: if stand_in {
+            compute_device: if emulated {
                 ComputeDevice::StandIn
             } else if on_cpu {
                 ComputeDevice::Cpu
             } else {
                 ComputeDevice::Cuda
             },
-            device_name: if stand_in {
+            device_name: if emulated {
                 EMULATED_DEVICE.to_string()
             } else if on_cpu {
                 format!("cpu ({threads} threads)")

@@ -8,6 +8,8 @@
 mod clock;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+mod cuda_stand_in;
 mod device;
 mod fast_cpu;
 mod model;
@@ -16,6 +18,8 @@ mod pool;
 mod stand_in;
 
 pub use clock::{DeviceClock, StepMarks};
+#[cfg(feature = "cuda")]
+pub use cuda_stand_in::CudaStandIn;
 pub use device::{Chosen, CoreBudget, DeviceError, cores, select, synchronize};
 pub use model::{
     InitialWeights, Layers, Model, ModelInput, RunningStats, fast_cpu_fits, max_pool_2x2,
@@ -99,6 +103,9 @@ impl Trainer {
 pub enum DeviceStep {
     Model(Box<Trainer>),
     StandIn(StandIn),
+    /// The stand-in's kernel on a CUDA device.
+    #[cfg(feature = "cuda")]
+    CudaStandIn(Box<cuda_stand_in::CudaStandIn>),
 }
 
 /// A batch on the device, as the step takes it.
@@ -128,6 +135,8 @@ impl DeviceStep {
         match self {
             DeviceStep::Model(t) => t.reset(),
             DeviceStep::StandIn(s) => s.synchronize(),
+            #[cfg(feature = "cuda")]
+            DeviceStep::CudaStandIn(s) => synchronize(s.device()),
         }
     }
 
@@ -139,6 +148,11 @@ impl DeviceStep {
                 Ok(OnDevice::Tensors(x, y))
             }
             DeviceStep::StandIn(_) => Ok(OnDevice::StandIn(DeviceBatch::upload(batch))),
+            #[cfg(feature = "cuda")]
+            DeviceStep::CudaStandIn(s) => {
+                let (x, y) = to_device(batch, s.device())?;
+                Ok(OnDevice::Tensors(x, y))
+            }
         }
     }
 
@@ -156,6 +170,11 @@ impl DeviceStep {
                 s.enqueue(b)?;
                 Ok(Loss(None))
             }
+            #[cfg(feature = "cuda")]
+            (DeviceStep::CudaStandIn(s), OnDevice::Tensors(x, _)) => {
+                s.step(x)?;
+                Ok(Loss(None))
+            }
             _ => Err(candle_core::Error::Msg(
                 "a batch uploaded for another kind of step".into(),
             )),
@@ -167,6 +186,8 @@ impl DeviceStep {
         match self {
             DeviceStep::Model(t) => synchronize(t.device()),
             DeviceStep::StandIn(s) => s.synchronize(),
+            #[cfg(feature = "cuda")]
+            DeviceStep::CudaStandIn(s) => synchronize(s.device()),
         }
     }
 
@@ -175,6 +196,8 @@ impl DeviceStep {
         match self {
             DeviceStep::Model(t) => DeviceClock::for_device(t.device()),
             DeviceStep::StandIn(s) => DeviceClock::Emulated(s.clock()),
+            #[cfg(feature = "cuda")]
+            DeviceStep::CudaStandIn(s) => DeviceClock::for_device(s.device()),
         }
     }
 }
