@@ -463,4 +463,7 @@ to finish copying the previous batch); with workers it is the wait for a worker'
 With the stand-in step (model.kind = stand_in) h2d is the host's copy into \
 the emulated device's memory, compute is the enqueue (and any wait for a free queue slot), and \
 device is the emulated device's own busy time per step (from the step's start on its schedule to \
-its end). Profiled runs are separate and never enter these figures.";
+its end). With several ranks (`[distributed]`) every rank times its own steps the same way, each followed \
+by its wait at the barrier for the other ranks (sync_ms, inside its step); the window runs from \
+the ranks' common start to every rank's device having finished, and images count every rank's. \
+Profiled runs are separate and never enter these figures.";
