@@ -154,7 +154,7 @@ fn the_workers_cpu_time_is_the_planted_work() {
     let dir = tempfile::tempdir().unwrap();
     // 2 ms of CPU per image, 4 images per batch, 40 timed batches against a stand-in step the
     // worker cannot keep up with: the worker works the whole window, so its CPU time is the
-    // window's images × 2 ms within about one batch.
+    // window's images × 2 ms within 3 % (0.2–0.3 % measured here).
     let text = r#"
 [experiment]
 name = "cpu"
@@ -195,8 +195,9 @@ headroom = false
     let (images, elapsed) = (v["images"], v["elapsed_s"]);
     let workers = v["workers_cpu_s"];
     let planted = images * 2e-3;
+    eprintln!("workers' CPU {workers:.4} s for {images} images × 2 ms = {planted:.4} s");
     assert!(
-        (workers / planted - 1.0).abs() < 0.06,
+        (workers / planted - 1.0).abs() < 0.03,
         "workers' CPU {workers} s for {images} images × 2 ms = {planted} s"
     );
     // Cores busy never exceeds the machine's cores.
