@@ -13,21 +13,35 @@ use super::style::{
 /// The barrier's colour: the waiting colour's neighbour, lighter.
 const SYNC: RGBColor = RGBColor(158, 154, 200);
 
-/// (label, batch_wait p50, barrier wait p50, is the straggler) per rank of every node.
+/// (rank label, batch_wait p50, barrier wait p50, is the straggler) per rank of every node.
 fn bars(d: &ChartData) -> Vec<(String, f64, f64, bool)> {
     d.analysis
         .conditions
         .iter()
-        .filter_map(|c| c.node.as_ref().map(|n| (c, n)))
-        .flat_map(|(c, n)| {
+        .filter_map(|c| c.node.as_ref())
+        .flat_map(|n| {
             n.ranks.iter().map(move |r| {
                 (
-                    format!("{} r{}", c.condition, r.rank),
+                    format!("r{}", r.rank),
                     r.batch_wait_median_ms,
                     r.sync_median_ms,
                     n.straggler == Some(r.rank),
                 )
             })
+        })
+        .collect()
+}
+
+/// Each node condition's name and its first and last bar.
+fn groups(d: &ChartData) -> Vec<(String, usize, usize)> {
+    let mut at = 0;
+    d.analysis
+        .conditions
+        .iter()
+        .filter_map(|c| c.node.as_ref().map(|n| (c, n.ranks.len())))
+        .map(|(c, n)| {
+            at += n;
+            (c.condition.clone(), at - n, at - 1)
         })
         .collect()
 }
@@ -69,7 +83,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .x_labels(bars.len().max(1) * 2 + 1)
         .x_label_formatter(&category_labels(&labels))
         .y_label_formatter(&plain)
-        .x_desc("condition and rank")
+        .x_desc("rank (each condition's ranks under its name)")
         .y_desc("ms per step (median over its steps)")
         .draw()
         .map_err(e)?;
@@ -87,6 +101,27 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
                 .draw_series([Rectangle::new(
                     [(x - 0.34, 0.0), (x + 0.34, wait + sync)],
                     BLACK.stroke_width(2),
+                )])
+                .map_err(e)?;
+        }
+    }
+    // Each condition's name over its ranks, a line between conditions.
+    let font = ("sans-serif", 14).into_font().color(&BLACK);
+    for (k, (name, first, last)) in groups(d).iter().enumerate() {
+        let centre = (*first + *last) as f64 / 2.0;
+        chart
+            .draw_series([Text::new(
+                name.clone(),
+                (centre - 0.3, top / 1.15 * 1.1),
+                font.clone(),
+            )])
+            .map_err(e)?;
+        if k > 0 {
+            let x = *first as f64 - 0.5;
+            chart
+                .draw_series([PathElement::new(
+                    vec![(x, 0.0), (x, top)],
+                    BLACK.mix(0.4).stroke_width(1),
                 )])
                 .map_err(e)?;
         }
