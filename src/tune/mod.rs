@@ -16,6 +16,7 @@
 //! [`search`] holds the policy (tested against a fake trial runner), [`trial`] measures a
 //! trial for real; this file ties them to a results folder and writes `tuned.toml`.
 
+mod choose;
 mod search;
 mod trial;
 

@@ -1,6 +1,6 @@
 //! The search policy, apart from how a trial is measured: where to start (the prediction, or
-//! the file's value), which neighbourhood to measure next, when to stop, and which setting to
-//! choose. It sees trials only through [`Trials`], so its choices are tested exactly against a
+//! the file's value), which neighbourhood to measure next, when to stop; [`super::choose`]
+//! picks the setting. It sees trials only through [`Trials`], so its choices are tested exactly against a
 //! fake trial runner with planted figures (hyperfine's `MockExecutor`), with no clock.
 
 use std::path::PathBuf;
@@ -12,6 +12,7 @@ use crate::results::{ComputeDevice, InputBound, SearchRecord, Trial, TrialSettin
 use crate::train::CoreBudget;
 
 use super::TuneError;
+pub use super::choose::choose;
 
 /// The settings `tune` can search.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -324,55 +325,6 @@ fn best_of(settings: &[TrialSetting]) -> &TrialSetting {
         .expect("a trial measures at least one setting")
 }
 
-/// The cheapest setting within noise of the best (its ratio's CI includes 1), and why.
-pub fn choose(settings: &[TrialSetting], knob: Knob) -> (Option<u64>, String) {
-    let Some(best) = settings
-        .iter()
-        .max_by(|a, b| a.img_per_s.total_cmp(&b.img_per_s))
-    else {
-        return (None, "no setting was measured".into());
-    };
-    // Within noise: the CI of the paired ratio includes 1 — and the setting is not input-bound
-    // where the best is not (its waiting share, measured on every step, is direct evidence
-    // that the loader holds it back even when a few rounds' throughput cannot tell).
-    let within: Vec<&TrialSetting> = settings
-        .iter()
-        .filter(|s| {
-            s.value == best.value
-                || (s.ratio_low <= 1.0
-                    && 1.0 <= s.ratio_high
-                    && s.input_bound.severity() <= best.input_bound.severity())
-        })
-        .collect();
-    let cheapest = within
-        .iter()
-        .min_by_key(|s| s.value)
-        .copied()
-        .unwrap_or(best);
-    let reason = if cheapest.value == best.value {
-        format!(
-            "{} = {} had the highest throughput ({} img/s), and every cheaper setting was \
-             slower beyond noise.",
-            knob.key(),
-            best.value,
-            format::rate(best.img_per_s)
-        )
-    } else {
-        format!(
-            "{} = {} is the cheapest setting within noise of the best ({} = {}): ratio {} \
-             (95 % CI {}–{}).",
-            knob.key(),
-            cheapest.value,
-            knob.key(),
-            best.value,
-            format::ratio(cheapest.ratio_to_best),
-            format::ratio(cheapest.ratio_low),
-            format::ratio(cheapest.ratio_high)
-        )
-    };
-    (Some(cheapest.value), reason)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,23 +340,6 @@ mod tests {
             ratio_low: low,
             ratio_high: high,
         }
-    }
-
-    #[test]
-    fn the_cheapest_within_noise_of_the_best_is_chosen() {
-        let s = [
-            setting(1, 60.0, 0.5, 0.7),
-            setting(2, 98.0, 0.93, 1.03),
-            setting(3, 100.0, 1.0, 1.0),
-        ];
-        assert_eq!(choose(&s, Knob::Workers).0, Some(2));
-        let s = [setting(1, 60.0, 0.5, 0.7), setting(2, 100.0, 1.0, 1.0)];
-        assert_eq!(choose(&s, Knob::Workers).0, Some(2));
-        // A wide CI does not make an input-bound setting equivalent to one that is not.
-        let mut waiting = setting(0, 60.0, 0.55, 1.08);
-        waiting.input_bound = InputBound::Highly;
-        let s = [waiting, setting(1, 100.0, 1.0, 1.0)];
-        assert_eq!(choose(&s, Knob::Workers).0, Some(1));
     }
 
     #[test]

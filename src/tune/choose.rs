@@ -1,0 +1,107 @@
+//! The choice at the end of a search: the cheapest setting whose throughput cannot be told
+//! from the best's.
+
+use crate::format;
+use crate::results::TrialSetting;
+
+use super::search::Knob;
+
+/// A setting at most this much slower than the best counts as the best: a difference no worker
+/// is worth (and far below this machine's drift; a device-bound stand-in step's rounds can
+/// otherwise give a CI of 0.99996–0.99997 that excludes 1).
+pub const EQUIVALENT: f64 = 0.01;
+
+/// The cheapest setting within noise of the best (its ratio's CI reaches 1 − [`EQUIVALENT`]),
+/// and why.
+pub fn choose(settings: &[TrialSetting], knob: Knob) -> (Option<u64>, String) {
+    let Some(best) = settings
+        .iter()
+        .max_by(|a, b| a.img_per_s.total_cmp(&b.img_per_s))
+    else {
+        return (None, "no setting was measured".into());
+    };
+    // Within noise: the CI of the paired ratio reaches within 1 % of 1 — and the setting is not input-bound
+    // where the best is not (its waiting share, measured on every step, is direct evidence
+    // that the loader holds it back even when a few rounds' throughput cannot tell).
+    let within: Vec<&TrialSetting> = settings
+        .iter()
+        .filter(|s| {
+            s.value == best.value
+                || (s.ratio_low <= 1.0
+                    && 1.0 - EQUIVALENT <= s.ratio_high
+                    && s.input_bound.severity() <= best.input_bound.severity())
+        })
+        .collect();
+    let cheapest = within
+        .iter()
+        .min_by_key(|s| s.value)
+        .copied()
+        .unwrap_or(best);
+    let reason = if cheapest.value == best.value {
+        format!(
+            "{} = {} had the highest throughput ({} img/s), and every cheaper setting was \
+             slower beyond noise and by more than 1 %.",
+            knob.key(),
+            best.value,
+            format::rate(best.img_per_s)
+        )
+    } else {
+        format!(
+            "{} = {} is the cheapest setting within noise of the best ({} = {}): ratio {} \
+             (95 % CI {}–{}).",
+            knob.key(),
+            cheapest.value,
+            knob.key(),
+            best.value,
+            format::ratio(cheapest.ratio_to_best),
+            format::ratio(cheapest.ratio_low),
+            format::ratio(cheapest.ratio_high)
+        )
+    };
+    (Some(cheapest.value), reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::InputBound;
+
+    fn setting(value: u64, img: f64, low: f64, high: f64) -> TrialSetting {
+        TrialSetting {
+            value,
+            condition: format!("workers={value}"),
+            img_per_s: img,
+            wait_share: 0.0,
+            input_bound: InputBound::Not,
+            ratio_to_best: img / 100.0,
+            ratio_low: low,
+            ratio_high: high,
+        }
+    }
+
+    #[test]
+    fn the_cheapest_within_noise_of_the_best_is_chosen() {
+        let s = [
+            setting(1, 60.0, 0.5, 0.7),
+            setting(2, 98.0, 0.93, 1.03),
+            setting(3, 100.0, 1.0, 1.0),
+        ];
+        assert_eq!(choose(&s, Knob::Workers).0, Some(2));
+        let s = [setting(1, 60.0, 0.5, 0.7), setting(2, 100.0, 1.0, 1.0)];
+        assert_eq!(choose(&s, Knob::Workers).0, Some(2));
+        // A wide CI does not make an input-bound setting equivalent to one that is not.
+        let mut waiting = setting(0, 60.0, 0.55, 1.08);
+        waiting.input_bound = InputBound::Highly;
+        let s = [waiting, setting(1, 100.0, 1.0, 1.0)];
+        assert_eq!(choose(&s, Knob::Workers).0, Some(1));
+        // A hair slower with a CI that excludes 1 (a device-bound step): the same, so cheaper
+        // wins; 2 % slower beyond noise does not.
+        let s = [
+            setting(2, 99.996, 0.99995, 0.99997),
+            setting(3, 100.0, 1.0, 1.0),
+        ];
+        assert_eq!(choose(&s, Knob::Workers).0, Some(2));
+        let s = [setting(2, 98.0, 0.975, 0.985), setting(3, 100.0, 1.0, 1.0)];
+        assert_eq!(choose(&s, Knob::Workers).0, Some(3));
+    }
+}
