@@ -72,11 +72,11 @@ pub(super) fn section(a: &Analysis, cores: usize) -> String {
     for (c, n) in nodes {
         let mut t = Table::new([
             ("rank", Right),
-            ("batch_wait p50", Right),
-            ("p95", Right),
+            ("batch_wait p50, ms", Right),
+            ("p95, ms", Right),
             ("waiting share", Right),
             ("device idle", Right),
-            ("barrier wait p50", Right),
+            ("barrier wait p50, ms", Right),
             ("time at barrier", Right),
             ("input-bound", Left),
         ]);
