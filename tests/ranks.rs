@@ -213,7 +213,18 @@ fn one_rank_is_the_same_run_as_no_distributed_section() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&compare.stdout);
     assert!(compare.status.success(), "{stdout}");
-    assert!(stdout.contains("within noise"), "{stdout}");
+    // The same throughput: within noise, or — a device-bound step's rounds vary so little that
+    // a 0.1 % drift between two processes can leave the interval short of 1 — within 1 %.
+    let ips = |dir: &Path| {
+        json(&dir.join("result.json"))["analysis"]["conditions"][0]["img_per_s"]["point"]
+            .as_f64()
+            .unwrap()
+    };
+    let change = ips(&one) / ips(&plain) - 1.0;
+    assert!(
+        stdout.contains("within noise") || change.abs() < 0.01,
+        "{change}: {stdout}"
+    );
     assert!(json(&one.join("result.json"))["analysis"]["conditions"][0]["node"].is_null());
 }
 
