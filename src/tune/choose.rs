@@ -6,6 +6,13 @@ use crate::results::TrialSetting;
 
 use super::search::Knob;
 
+/// The setting with the highest median img/s, if any was measured.
+pub(super) fn best(settings: &[TrialSetting]) -> Option<&TrialSetting> {
+    settings
+        .iter()
+        .max_by(|a, b| a.img_per_s.total_cmp(&b.img_per_s))
+}
+
 /// A setting at most this much slower than the best counts as the best: a difference no worker
 /// is worth, and far below this machine's drift. (Two worker counts holding a stand-in step at
 /// its ceiling measured 12,794.2 and 12,794.7 img/s in one CI run, and the ratio's interval,
@@ -15,10 +22,7 @@ pub const EQUIVALENT: f64 = 0.01;
 /// The cheapest setting within noise of the best (its ratio's CI reaches 1 − [`EQUIVALENT`]),
 /// and why.
 pub fn choose(settings: &[TrialSetting], knob: Knob) -> (Option<u64>, String) {
-    let Some(best) = settings
-        .iter()
-        .max_by(|a, b| a.img_per_s.total_cmp(&b.img_per_s))
-    else {
+    let Some(best) = best(settings) else {
         return (None, "no setting was measured".into());
     };
     // Within noise: the CI of the paired ratio reaches within 1 % of 1 — and the setting is not input-bound
@@ -63,11 +67,12 @@ pub fn choose(settings: &[TrialSetting], knob: Knob) -> (Option<u64>, String) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::results::InputBound;
 
-    fn setting(value: u64, img: f64, low: f64, high: f64) -> TrialSetting {
+    /// A measured setting with planted figures (the search's tests use it too).
+    pub(in crate::tune) fn setting(value: u64, img: f64, low: f64, high: f64) -> TrialSetting {
         TrialSetting {
             value,
             condition: format!("workers={value}"),

@@ -319,28 +319,13 @@ fn next_center(
 
 /// The trial's setting with the highest median img/s.
 fn best_of(settings: &[TrialSetting]) -> &TrialSetting {
-    settings
-        .iter()
-        .max_by(|a, b| a.img_per_s.total_cmp(&b.img_per_s))
-        .expect("a trial measures at least one setting")
+    super::choose::best(settings).expect("a trial measures at least one setting")
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::choose::tests::setting;
     use super::*;
-
-    fn setting(value: u64, img: f64, low: f64, high: f64) -> TrialSetting {
-        TrialSetting {
-            value,
-            condition: format!("workers={value}"),
-            img_per_s: img,
-            wait_share: 0.0,
-            input_bound: InputBound::Not,
-            ratio_to_best: img / 100.0,
-            ratio_low: low,
-            ratio_high: high,
-        }
-    }
 
     #[test]
     fn the_climb_moves_towards_the_best_and_never_back() {
