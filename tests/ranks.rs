@@ -282,3 +282,35 @@ fn ranks_need_the_stand_in_step_and_existing_ranks() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("did you mean `cpu_work_us`"), "{stderr}");
 }
+
+#[test]
+fn a_real_network_on_several_ranks_is_valid_on_gpus_and_this_build_says_it_has_no_cuda() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gpus.toml");
+    std::fs::write(
+        &file,
+        "[dataset]\nkind = \"synthetic\"\nsynthetic_size = 512\n\n[model]\nkind = \"small_cnn\"\n\n\
+         [device]\nkind = \"cuda\"\n\n[distributed]\nranks = 2\n",
+    )
+    .unwrap();
+    let output = loaderlab().arg("validate").arg(&file).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if cfg!(feature = "cuda") {
+        return;
+    }
+    let out = dir.path().join("out");
+    let output = loaderlab()
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("built without CUDA support"), "{stderr}");
+    assert!(!out.exists(), "no results folder is left behind");
+}

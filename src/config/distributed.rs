@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::problem::KeyPath;
-use super::schema::{ModelKind, Settings, StorageSection};
+use super::schema::{DeviceKind, ModelKind, Settings, StorageSection};
 use crate::transforms::ops::{CpuWorkSpec, TransformSpec};
 
 /// The most ranks one experiment emulates (a node of 64 GPUs is beyond any machine sold).
@@ -97,14 +97,22 @@ pub fn check(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             ),
         ));
     }
-    if d.several() && s.model.kind != ModelKind::StandIn {
+    // `auto` is the CPU in a build without CUDA; in a CUDA build the set-up refuses it when it
+    // falls back to the CPU.
+    let on_cpu = match s.device.kind {
+        DeviceKind::Cpu => true,
+        DeviceKind::Auto => !cfg!(feature = "cuda"),
+        DeviceKind::Cuda => false,
+    };
+    if d.several() && s.model.kind != ModelKind::StandIn && on_cpu {
         out.push((
             key("ranks"),
             format!(
-                "{} ranks need model.kind = \"stand_in\": each rank's device is an emulated \
-                 device that holds no core while busy; a real network trained by several \
-                 ranks on this machine's CPU would measure the ranks' training competing for \
-                 cores, not a node of GPUs",
+                "{} ranks on the CPU need model.kind = \"stand_in\": each rank's device is an \
+                 emulated device that holds no core while busy; a real network trained by \
+                 several ranks on this machine's CPU would measure the ranks' training \
+                 competing for cores, not a node of GPUs (on GPUs, device.kind = \"cuda\" \
+                 runs one rank per GPU)",
                 d.ranks
             ),
         ));
@@ -171,8 +179,10 @@ mod tests {
     fn ranks_need_the_stand_in_step_and_overrides_an_existing_rank() {
         let stand_in = "[model]\nkind = \"stand_in\"\nstep_ms = 5\n";
         assert!(problems(&format!("{stand_in}[distributed]\nranks = 4\n")).is_empty());
-        let p = problems("[distributed]\nranks = 2\n");
-        assert!(p[0].starts_with("distributed.ranks: 2 ranks need"), "{p:?}");
+        let p = problems("[device]\nkind = \"cpu\"\n[distributed]\nranks = 2\n");
+        assert!(p[0].starts_with("distributed.ranks: 2 ranks on the CPU need"), "{p:?}");
+        // On GPUs a real network runs one copy per rank.
+        assert!(problems("[device]\nkind = \"cuda\"\n[distributed]\nranks = 2\n").is_empty());
         let p = problems(&format!(
             "{stand_in}[distributed]\nranks = 2\n[[distributed.rank]]\nrank = 2\n\
              [[distributed.rank]]\nrank = 0\ncpu_work_us = -1\n[[distributed.rank]]\nrank = 0\n"

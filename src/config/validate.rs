@@ -3,8 +3,8 @@
 
 use super::problem::KeyPath;
 use super::schema::{
-    CacheMode, ColorMode, DatasetKind, DeviceKind, Encoding, ExperimentWide, ModelSection,
-    OptimizerKind, OptimizerSection, PageCache, Settings, Split, StorageSection, TransformSpec,
+    CacheMode, ColorMode, DatasetKind, Encoding, ExperimentWide, ModelSection, OptimizerKind,
+    OptimizerSection, PageCache, Settings, Split, StorageSection, TransformSpec,
 };
 use crate::net::{self, ModelInput};
 use crate::shape::ImageShape;
@@ -275,25 +275,17 @@ fn check_model(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             ),
         ));
     }
-    if let Some(step_ms) = m.stand_in_ms() {
-        if !(step_ms.is_finite() && step_ms > 0.0 && step_ms <= MAX_STAND_IN_MS) {
-            out.push((
-                KeyPath::keys(["model", "step_ms"]),
-                format!(
-                    "model.step_ms must be a positive number of milliseconds, at most \
-                     {MAX_STAND_IN_MS} (the stand-in step's device time; got {step_ms}; \
-                     `loaderlab diagnose` measures it from a torch.profiler trace)"
-                ),
-            ));
-        }
-        if s.device.kind != DeviceKind::Cpu && s.distributed.several() {
-            out.push((
-                KeyPath::keys(["device", "kind"]),
-                "several ranks run on emulated devices, on the CPU; one rank per GPU is not \
-                 built yet: set device.kind = \"cpu\""
-                    .to_string(),
-            ));
-        }
+    if let Some(step_ms) = m.stand_in_ms()
+        && !(step_ms.is_finite() && step_ms > 0.0 && step_ms <= MAX_STAND_IN_MS)
+    {
+        out.push((
+            KeyPath::keys(["model", "step_ms"]),
+            format!(
+                "model.step_ms must be a positive number of milliseconds, at most \
+                 {MAX_STAND_IN_MS} (the stand-in step's device time; got {step_ms}; \
+                 `loaderlab diagnose` measures it from a torch.profiler trace)"
+            ),
+        ));
     }
     let Some(architecture) = m.architecture() else {
         return;

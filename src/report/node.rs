@@ -60,7 +60,8 @@ pub(super) fn section(a: &Analysis, cores: usize) -> String {
     let mut md = format!(
         "## Ranks\n\nEach rank ran its own loader over its own share of every epoch (positions \
          rank, rank + R, … of the shared shuffle, as PyTorch's `DistributedSampler` deals them) \
-         and its own emulated device, and waited at a barrier after every step for the others — \
+         and its own device (an emulated one on the CPU, its own GPU on CUDA), and waited at a \
+         barrier after every step for the others — \
          the stand-in for the gradient all-reduce. A rank's lost time shows as its wait for a \
          batch when its own loader is behind, and as its wait at the barrier when another \
          rank's is. Throughput is the node's: every rank's images over the window. **Skew** is \

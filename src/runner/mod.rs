@@ -415,16 +415,18 @@ impl Trainers {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => {
                 let mut devices = Vec::with_capacity(setup.ranks());
-                for _ in 0..setup.ranks() {
+                for rank in 0..setup.ranks() {
                     devices.push(match (&setup.network, setup.stand_in_ms()) {
+                        // Every rank starts from the same weights, as DDP broadcasts rank 0's.
                         (Some(net), _) => DeviceStep::Model(Box::new(Trainer::new(
                             InitialWeights::pytorch_default(self.seed, net.clone()),
                             &setup.settings().optimizer,
-                            setup.device.clone(),
+                            setup.device(rank).clone(),
                         )?)),
                         // The all-reduce is device time added to every step.
                         (None, step_ms) => stand_in(
                             setup,
+                            rank,
                             step_ms.unwrap_or(0.0) + setup.settings().distributed.allreduce_ms,
                         )?,
                     });
@@ -435,15 +437,16 @@ impl Trainers {
     }
 }
 
-/// The stand-in step of `step_ms`: on CUDA its kernel, elsewhere the emulated device.
-fn stand_in(setup: &Setup, step_ms: f64) -> Result<DeviceStep, RunError> {
+/// Rank `rank`'s stand-in step of `step_ms`: on CUDA its kernel on the rank's GPU, elsewhere
+/// the emulated device.
+fn stand_in(setup: &Setup, rank: usize, step_ms: f64) -> Result<DeviceStep, RunError> {
     #[cfg(feature = "cuda")]
     if setup.compute_device == crate::results::ComputeDevice::Cuda {
         return Ok(DeviceStep::CudaStandIn(Box::new(
-            crate::train::CudaStandIn::new(&setup.device, step_ms)?,
+            crate::train::CudaStandIn::new(setup.device(rank), step_ms)?,
         )));
     }
-    let _ = setup;
+    let _ = (setup, rank);
     Ok(DeviceStep::StandIn(StandIn::new(step_ms)?))
 }
 

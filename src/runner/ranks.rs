@@ -1,8 +1,10 @@
 //! A timed run of a node (`[distributed] ranks = R`): R ranks in one process, each on its own
 //! host thread with its own loader (its own workers and buffers, over its own share of every
-//! epoch) and its own emulated device, meeting at a barrier after every step — the stand-in for
-//! the gradient all-reduce, which on a real node holds every rank's step until the slowest
-//! rank's has arrived.
+//! epoch) and its own device — an emulated one on the CPU, on CUDA its own GPU (rank r on
+//! ordinal `device.ordinal + r`, with its own pinned buffers) — meeting at a barrier after every
+//! step: the stand-in for the gradient all-reduce, which on a real node holds every rank's step
+//! until the slowest rank's has arrived. A real network on GPUs trains one copy per rank, all
+//! from the same initial weights; no gradients are exchanged.
 //!
 //! Each rank's step is timed as a single process's is ([`super::timed::one_step`]); its wait
 //! at the barrier after the step is `sync_ms`, inside its `step_ms`. The window opens on every

@@ -110,7 +110,9 @@ impl DataSetup {
 /// Everything one condition's training runs need, built once.
 pub struct Setup {
     pub data: DataSetup,
-    pub device: Device,
+    /// Each rank's device (one entry without `[distributed]`): on CUDA one GPU per rank, at
+    /// ordinals `device.ordinal`, `device.ordinal + 1`, …; elsewhere the same device for all.
+    devices: Vec<Device>,
     pub compute_device: ComputeDevice,
     /// A person's name for the device, e.g. "cpu (2 threads)".
     pub device_name: String,
@@ -145,6 +147,11 @@ impl Setup {
         }
     }
 
+    /// Rank `rank`'s device.
+    pub fn device(&self, rank: usize) -> &Device {
+        &self.devices[rank]
+    }
+
     /// Rank `rank`'s loader (rank 0's is the only one without `[distributed]`): its share of
     /// every epoch, its own workers, batch buffers that suit the device (page-locked on CUDA
     /// when asked for).
@@ -160,7 +167,7 @@ impl Setup {
             dataset,
             pipeline,
             cfg,
-            train::pinned_memory(&self.device, s.loader.pin_memory),
+            train::pinned_memory(self.device(rank), s.loader.pin_memory),
         )
     }
 
@@ -238,6 +245,8 @@ pub enum SetupError {
     Device(#[from] DeviceError),
     #[error("model.{key}: {message}")]
     Model { key: &'static str, message: String },
+    #[error("{0}")]
+    Ranks(String),
     #[error("cannot start {threads} compute threads: {source}")]
     Pool {
         threads: usize,
@@ -276,20 +285,37 @@ impl Setups {
                 ds
             }
         };
-        let key = (s.device.kind, s.device.ordinal);
-        let chosen = match self.devices.entry(key) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => {
-                let chosen = train::select(s.device.kind, s.device.ordinal as usize)?;
-                self.notices.extend(chosen.notice.clone());
-                e.insert(chosen)
+        let chosen = self.device(s.device.kind, s.device.ordinal)?;
+        let (device, mut name) = (chosen.device.clone(), chosen.name.clone());
+        let memory_pool = chosen.memory_pool.clone();
+        let on_cpu = device.is_cpu();
+        let ranks = s.distributed.ranks.max(1) as usize;
+        let devices = if ranks > 1 && !on_cpu {
+            let devices = self.rank_gpus(s)?;
+            name = format!(
+                "{name}, and {} more GPUs: one rank on each of cuda:{} to cuda:{}",
+                ranks - 1,
+                s.device.ordinal,
+                s.device.ordinal + ranks as u64 - 1
+            );
+            devices
+        } else {
+            if ranks > 1 && s.model.stand_in_ms().is_none() {
+                return Err(SetupError::Ranks(format!(
+                    "distributed.ranks = {ranks} with a real network needs one GPU per rank, \
+                     and device.kind = \"auto\" chose the CPU{}: set model.kind = \"stand_in\" \
+                     to emulate the node's devices",
+                    chosen
+                        .notice
+                        .as_deref()
+                        .map(|n| format!(" ({n})"))
+                        .unwrap_or_default()
+                )));
             }
+            vec![device.clone(); ranks]
         };
         let cores = train::CoreBudget::here();
         let threads = cores.compute_threads(s.device.threads);
-        let (device, name) = (chosen.device.clone(), chosen.name.clone());
-        let memory_pool = chosen.memory_pool.clone();
-        let on_cpu = device.is_cpu();
         let pool = match self.pools.entry(threads) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => e.insert(Arc::new(
@@ -302,7 +328,7 @@ impl Setups {
         Ok(Setup {
             network: data.network()?,
             data,
-            device,
+            devices,
             compute_device: if emulated {
                 ComputeDevice::StandIn
             } else if on_cpu {
@@ -324,8 +350,98 @@ impl Setups {
         })
     }
 
+    /// The device `kind` at `ordinal`, chosen once.
+    fn device(&mut self, kind: DeviceKind, ordinal: u64) -> Result<&train::Chosen, SetupError> {
+        Ok(match self.devices.entry((kind, ordinal)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let chosen = train::select(kind, ordinal as usize)?;
+                self.notices.extend(chosen.notice.clone());
+                e.insert(chosen)
+            }
+        })
+    }
+
+    /// One GPU per rank, rank r on CUDA device `device.ordinal + r`; too few GPUs is an error
+    /// that says how many there are.
+    fn rank_gpus(&mut self, s: &Settings) -> Result<Vec<Device>, SetupError> {
+        let ranks = s.distributed.ranks.max(1);
+        let first = s.device.ordinal;
+        let mut devices = Vec::with_capacity(ranks as usize);
+        for rank in 0..ranks {
+            let kind = if rank == 0 {
+                s.device.kind
+            } else {
+                DeviceKind::Cuda
+            };
+            let reason = match self.device(kind, first + rank) {
+                Ok(c) if !c.device.is_cpu() => {
+                    devices.push(c.device.clone());
+                    continue;
+                }
+                Ok(c) => c
+                    .notice
+                    .clone()
+                    .unwrap_or_else(|| "the CPU was chosen".into()),
+                Err(SetupError::Device(DeviceError::Unavailable { reason, .. })) => reason,
+                Err(e) => e.to_string(),
+            };
+            return Err(SetupError::Ranks(too_few_gpus(
+                ranks,
+                first,
+                rank,
+                &reason,
+                train::cuda_devices(),
+            )));
+        }
+        Ok(devices)
+    }
+
     /// The names of the devices used, for the environment record.
     pub fn device_names(&self) -> Vec<String> {
         self.devices.values().map(|c| c.name.clone()).collect()
+    }
+}
+
+/// The error for a rank without a GPU: which rank, which device, why, and how many GPUs there
+/// are when the driver says.
+fn too_few_gpus(ranks: u64, first: u64, rank: u64, reason: &str, gpus: Option<usize>) -> String {
+    let here = match gpus {
+        Some(n) => format!(
+            "; this machine has {n} CUDA device{}",
+            if n == 1 { "" } else { "s" }
+        ),
+        None => String::new(),
+    };
+    format!(
+        "distributed.ranks = {ranks} runs one rank per GPU, on CUDA devices {first} to {} \
+         (device.ordinal = {first}), but rank {rank}'s device {} is not usable: {reason}{here}; \
+         lower distributed.ranks or device.ordinal, or set device.kind = \"cpu\" with \
+         model.kind = \"stand_in\" to emulate the node",
+        first + ranks - 1,
+        first + rank,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn too_few_gpus_names_the_rank_the_device_and_the_count() {
+        let m = too_few_gpus(4, 0, 2, "CUDA_ERROR_INVALID_DEVICE", Some(2));
+        assert!(m.contains("distributed.ranks = 4"), "{m}");
+        assert!(m.contains("CUDA devices 0 to 3"), "{m}");
+        assert!(
+            m.contains("rank 2's device 2 is not usable: CUDA_ERROR_INVALID_DEVICE"),
+            "{m}"
+        );
+        assert!(m.contains("this machine has 2 CUDA devices"), "{m}");
+        let one = too_few_gpus(2, 1, 1, "x", Some(1));
+        assert!(
+            one.contains("devices 1 to 2") && one.contains("has 1 CUDA device;"),
+            "{one}"
+        );
+        assert!(!too_few_gpus(2, 0, 1, "x", None).contains("this machine has"));
     }
 }

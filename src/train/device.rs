@@ -126,6 +126,28 @@ fn cuda(ordinal: usize) -> Result<Chosen, DeviceError> {
     }
 }
 
+/// How many CUDA devices the driver reports; None without a CUDA build, a driver or an answer.
+pub fn cuda_devices() -> Option<usize> {
+    #[cfg(feature = "cuda")]
+    {
+        use candle_core::cuda::cudarc::driver::{CudaContext, sys};
+        // As in `cuda`: a missing library or symbol panics under dynamic loading.
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let n = std::panic::catch_unwind(|| {
+            // SAFETY: a trial dlopen by name, as in `cuda`.
+            if !unsafe { sys::is_culib_present() } {
+                return None;
+            }
+            CudaContext::device_count().ok()
+        });
+        std::panic::set_hook(hook);
+        n.ok().flatten().and_then(|n| usize::try_from(n).ok())
+    }
+    #[cfg(not(feature = "cuda"))]
+    None
+}
+
 /// Wait for all queued device work (a no-op on the CPU).
 pub fn synchronize(device: &Device) -> candle_core::Result<()> {
     device.synchronize()

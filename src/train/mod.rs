@@ -20,7 +20,7 @@ mod stand_in;
 pub use clock::{DeviceClock, StepMarks};
 #[cfg(feature = "cuda")]
 pub use cuda_stand_in::CudaStandIn;
-pub use device::{Chosen, CoreBudget, DeviceError, cores, select, synchronize};
+pub use device::{Chosen, CoreBudget, DeviceError, cores, cuda_devices, select, synchronize};
 pub use model::{
     InitialWeights, Layers, Model, ModelInput, RunningStats, fast_cpu_fits, max_pool_2x2,
     max_pool_3x3_s2,
