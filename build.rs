@@ -17,6 +17,7 @@ fn main() {
     stamp_git_commit();
     if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
         link_cudart_statically();
+        build_kernels();
     }
 }
 
@@ -65,4 +66,53 @@ fn link_cudart_statically() {
         );
     }
     println!("cargo:rustc-link-search=native={dir}");
+}
+
+/// loaderlab's own CUDA kernels (`src/train/kernels/*.cu`), built like candle's: nvcc to PTX
+/// for `compute_$CUDA_COMPUTE_CAP` without fused multiply-adds (the driver compiles it for the GPU at load time), then
+/// assembled by ptxas for `sm_$CUDA_COMPUTE_CAP` as a check, so a kernel that does not assemble
+/// fails the build (and CI's CUDA clippy) rather than the first lent GPU. The PTX lands in
+/// OUT_DIR and is embedded with `include_str!`.
+fn build_kernels() {
+    let root = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
+    let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "90".into());
+    println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
+    let tool = |name: &str| match std::env::var("CUDA_HOME") {
+        Ok(home) => Path::new(&home).join("bin").join(name),
+        Err(_) => name.into(),
+    };
+    let dir = Path::new(&root).join("src/train/kernels");
+    let mut sources: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+        .collect();
+    sources.sort();
+    for cu in sources {
+        println!("cargo:rerun-if-changed={}", cu.display());
+        let stem = cu.file_stem().unwrap().to_string_lossy().to_string();
+        let ptx = Path::new(&out).join(format!("{stem}.ptx"));
+        let run = |cmd: &mut Command| {
+            let shown = format!("{cmd:?}");
+            match cmd.status() {
+                Ok(s) if s.success() => {}
+                Ok(s) => panic!("{shown} failed ({s})"),
+                Err(e) => panic!(
+                    "{shown}: {e} (a `cuda` build needs nvcc and ptxas: `source .cuda/env.sh`)"
+                ),
+            }
+        };
+        run(Command::new(tool("nvcc"))
+            .args(["--ptx", "-O3", "--std=c++17", "--fmad=false"])
+            .arg(format!("--gpu-architecture=compute_{cap}"))
+            .arg("-o")
+            .arg(&ptx)
+            .arg(&cu));
+        run(Command::new(tool("ptxas"))
+            .arg(format!("--gpu-name=sm_{cap}"))
+            .arg("-o")
+            .arg(Path::new(&out).join(format!("{stem}.cubin")))
+            .arg(&ptx));
+    }
 }

@@ -22,9 +22,21 @@ fn cuda_err(e: impl std::fmt::Debug) -> candle_core::Error {
     candle_core::Error::Msg(format!("CUDA: {e:?}"))
 }
 
-/// A CUDA device on a stream of its own.
+/// A CUDA device on a stream of its own, without cudarc's per-buffer event tracking.
+///
+/// A device with its own stream puts cudarc in multi-stream mode, where every use of every
+/// buffer records or waits on CUDA events (about 15 driver calls per candle op). They guard
+/// buffers used on several streams; here there is one: candle queues every kernel, copy,
+/// allocation and free of this device on the stream it was created with (its cuBLAS and cuRAND
+/// handles are bound to that stream too), and loaderlab's own kernels and copies use it as
+/// well. Pinned host buffers keep their own events (cudarc records those whatever the setting),
+/// which is what stops a worker refilling a buffer that a copy still reads.
 pub fn new_device(ordinal: usize) -> Result<Device> {
-    Ok(Device::Cuda(CudaDevice::new_with_stream(ordinal)?))
+    let device = CudaDevice::new_with_stream(ordinal)?;
+    // SAFETY: every device buffer is allocated, used and freed on the device's one stream
+    // (above), so stream order alone orders every use; no tensor exists yet on this device.
+    unsafe { device.disable_event_tracking() };
+    Ok(Device::Cuda(device))
 }
 
 /// "(NVIDIA H200, compute 9.0, 141 GiB)" for the results.

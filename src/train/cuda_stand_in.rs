@@ -5,37 +5,17 @@
 //! travels as for a network: pinned buffers, an asynchronous copy on the device's stream, CUDA
 //! events around the step.
 //!
-//! The kernel is compiled at run time with NVRTC (no build-time nvcc) and checked once on
-//! first use against the host — its checksum of known floats and its duration on CUDA events.
+//! The kernel is built to PTX with the crate (`build.rs`) and checked once on first use
+//! against the host — its checksum of known floats and its duration on CUDA events.
 //! A kernel that fails the check refuses the run: a wrong stand-in must never measure anything.
 
 use candle_core::cuda::cudarc::driver::sys::CUevent_flags;
 use candle_core::cuda::cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
-use candle_core::cuda::cudarc::nvrtc::compile_ptx;
+use candle_core::cuda::cudarc::nvrtc::Ptx;
 use candle_core::{CudaDevice, Device, Result, Storage, Tensor};
 
-/// The kernel: a grid-stride sum of the batch's bits into `checksum`, then each block's first
-/// thread spins until `ns` have passed on the global timer since the block began.
-const SOURCE: &str = r#"
-extern "C" __global__ void stand_in_step(const float* batch, unsigned long long n,
-                                         unsigned long long ns, unsigned int* checksum) {
-    unsigned long long start;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    unsigned int sum = 0;
-    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-         i < n; i += stride) {
-        sum += __float_as_uint(batch[i]);
-    }
-    atomicAdd(checksum, sum);
-    if (threadIdx.x == 0) {
-        unsigned long long now;
-        do {
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-        } while (now - start < ns);
-    }
-}
-"#;
+/// The kernel (`kernels/stand_in.cu`), built to PTX with the crate.
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/stand_in.ptx"));
 
 /// Threads per block, and at most this many blocks (a grid every GPU holds at once, so all
 /// blocks start together and the kernel lasts about `ns`).
@@ -64,8 +44,10 @@ impl CudaStandIn {
             return Err(cuda_err("not a CUDA device"));
         };
         let stream = dev.cuda_stream();
-        let ptx = compile_ptx(SOURCE).map_err(cuda_err)?;
-        let module = stream.context().load_module(ptx).map_err(cuda_err)?;
+        let module = stream
+            .context()
+            .load_module(Ptx::from_src(PTX))
+            .map_err(cuda_err)?;
         let func = module.load_function("stand_in_step").map_err(cuda_err)?;
         let checksum = stream.alloc_zeros::<u32>(1).map_err(cuda_err)?;
         let mut s = CudaStandIn {

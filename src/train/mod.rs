@@ -9,9 +9,14 @@ mod clock;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "cuda")]
+mod cuda_optim;
+#[cfg(feature = "cuda")]
 mod cuda_stand_in;
 mod device;
 mod fast_cpu;
+// The fused optimizer's host side: launched only in a CUDA build, tested in every build.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod fused;
 mod model;
 mod optim;
 mod pool;
