@@ -180,7 +180,10 @@ mod tests {
         let stand_in = "[model]\nkind = \"stand_in\"\nstep_ms = 5\n";
         assert!(problems(&format!("{stand_in}[distributed]\nranks = 4\n")).is_empty());
         let p = problems("[device]\nkind = \"cpu\"\n[distributed]\nranks = 2\n");
-        assert!(p[0].starts_with("distributed.ranks: 2 ranks on the CPU need"), "{p:?}");
+        assert!(
+            p[0].starts_with("distributed.ranks: 2 ranks on the CPU need"),
+            "{p:?}"
+        );
         // On GPUs a real network runs one copy per rank.
         assert!(problems("[device]\nkind = \"cuda\"\n[distributed]\nranks = 2\n").is_empty());
         let p = problems(&format!(
