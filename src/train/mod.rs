@@ -11,6 +11,8 @@ mod cuda;
 #[cfg(feature = "cuda")]
 mod cuda_optim;
 #[cfg(feature = "cuda")]
+mod cuda_pool;
+#[cfg(feature = "cuda")]
 mod cuda_stand_in;
 mod device;
 mod fast_cpu;

@@ -260,8 +260,8 @@ impl Model {
                 }
                 Layer::BatchNorm { weight, norm } => self.batch_norm(&x, *weight, *norm)?,
                 Layer::Relu => x.relu()?,
-                Layer::MaxPool2 => max_pool_2x2(&x)?,
-                Layer::MaxPool3 => max_pool_3x3_s2(&x)?,
+                Layer::MaxPool2 => max_pool(&x, 2)?,
+                Layer::MaxPool3 => max_pool(&x, 3)?,
                 Layer::Residual { body, shortcut } => {
                     let y = self.run(body, x.clone())?;
                     let s = if shortcut.is_empty() {
@@ -347,6 +347,24 @@ impl Model {
     }
 }
 
+/// Max pooling with `k`×`k` windows and stride 2 (2×2, or ResNet's 3×3 with padding 1): on
+/// CUDA through loaderlab's kernels once they passed their check, else candle's path below.
+fn max_pool(x: &Tensor, k: usize) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    {
+        let pad = i32::from(k == 3);
+        let window = super::cuda_pool::Window { k: k as i32, pad };
+        if let Some(y) = super::cuda_pool::max_pool(x, window)? {
+            return Ok(y);
+        }
+    }
+    if k == 2 {
+        max_pool_2x2(x)
+    } else {
+        max_pool_3x3_s2(x)
+    }
+}
+
 /// 2×2 max pooling with stride 2, as two reductions over a reshaped view.
 ///
 /// Not `Tensor::max_pool2d`: candle 0.11.1's backward for it multiplies the gradient by the
@@ -395,4 +413,100 @@ pub fn max_pool_3x3_s2(x: &Tensor) -> Result<Tensor> {
         }
     }
     Tensor::stack(&views, 0)?.max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `kernels/pool.cu`, statement for statement on the host: the forward with its argmax,
+    /// then the backward's gather over the outputs whose window holds each input.
+    fn emulate(x: &[f32], h: i32, w: i32, k: i32, pad: i32, gy: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        let s = 2;
+        let (oh, ow) = ((h + 2 * pad - k) / s + 1, (w + 2 * pad - k) / s + 1);
+        let planes = x.len() as i32 / (h * w);
+        let mut y = vec![0f32; (planes * oh * ow) as usize];
+        let mut arg = vec![0u32; y.len()];
+        for o in 0..planes * oh * ow {
+            let (ox, oy, plane) = (o % ow, (o / ow) % oh, o / (ow * oh));
+            let (mut best, mut at) = (f32::NEG_INFINITY, -1i32);
+            for dy in 0..k {
+                let iy = oy * s - pad + dy;
+                for dx in 0..k {
+                    let ix = ox * s - pad + dx;
+                    if iy < 0 || iy >= h || ix < 0 || ix >= w {
+                        continue;
+                    }
+                    let v = x[(plane * h * w + iy * w + ix) as usize];
+                    if v > best {
+                        (best, at) = (v, iy * w + ix);
+                    }
+                }
+            }
+            y[o as usize] = best;
+            arg[o as usize] = at as u32;
+        }
+        let mut gx = vec![0f32; x.len()];
+        for i in 0..x.len() as i32 {
+            let (ix, iy, plane) = (i % w, (i / w) % h, i / (w * h));
+            let (lo_y, lo_x) = (iy + pad - k + 1, ix + pad - k + 1);
+            let oy0 = if lo_y <= 0 { 0 } else { (lo_y + s - 1) / s };
+            let ox0 = if lo_x <= 0 { 0 } else { (lo_x + s - 1) / s };
+            let (oy1, ox1) = ((oh - 1).min((iy + pad) / s), (ow - 1).min((ix + pad) / s));
+            let mut sum = 0f32;
+            for oy in oy0..=oy1 {
+                for ox in ox0..=ox1 {
+                    let o = (plane * oh * ow + oy * ow + ox) as usize;
+                    if arg[o] == (iy * w + ix) as u32 {
+                        sum += gy[o];
+                    }
+                }
+            }
+            gx[i as usize] = sum;
+        }
+        (y, gx)
+    }
+
+    /// The CUDA pooling kernels' index arithmetic (emulated) against candle's path on the CPU:
+    /// values and input gradients, both windows, even and odd sides.
+    #[test]
+    fn the_pooling_kernels_arithmetic_is_candle_s_path() {
+        for (k, pad) in [(2, 0), (3, 1)] {
+            for (h, w) in [(8usize, 8usize), (7, 9), (5, 4)] {
+                let n = 2 * 3 * h * w;
+                let v: Vec<f32> = (0..n).map(|i| ((i * 7919) % n + 1) as f32 * 0.01).collect();
+                let x = Var::from_vec(v.clone(), (2, 3, h, w), &Device::Cpu).unwrap();
+                let y = if k == 2 {
+                    max_pool_2x2(x.as_tensor())
+                } else {
+                    max_pool_3x3_s2(x.as_tensor())
+                }
+                .unwrap();
+                let weights = Tensor::arange(0f32, y.elem_count() as f32, &Device::Cpu)
+                    .unwrap()
+                    .reshape(y.shape())
+                    .unwrap();
+                let grads = (&y * &weights)
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .backward()
+                    .unwrap();
+                let gx = grads.get(x.as_tensor()).unwrap();
+                let gy = weights.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let (ey, egx) = emulate(&v, h as i32, w as i32, k, pad, &gy);
+                let what = format!("{k}×{k} on {h}×{w}");
+                assert_eq!(
+                    y.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                    ey,
+                    "{what}"
+                );
+                assert_eq!(
+                    gx.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                    egx,
+                    "{what}"
+                );
+            }
+        }
+    }
 }
