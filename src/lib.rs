@@ -86,6 +86,9 @@ pub mod slurm;
 // Speed claims, measured.
 pub mod bench;
 
+/// Every model kind and optimizer on a device against a reference (`loaderlab selftest`).
+pub mod selftest;
+
 // What the transforms do, as files.
 pub mod preview;
 

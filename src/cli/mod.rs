@@ -11,6 +11,7 @@ mod plan;
 mod preview;
 mod report;
 mod run;
+mod selftest;
 mod slurm;
 mod tune;
 mod validate;
@@ -142,6 +143,14 @@ enum Command {
     /// when the trace has device work, the input-bound class and the bound on any loader
     /// speed-up; writes report.md and result.json into --out (default reports/diagnose).
     Diagnose(diagnose::DiagnoseArgs),
+    /// Train every model kind with every optimizer for 3 steps on a device against a reference
+    /// (on CUDA: the CPU; on the CPU: the hand-written layers against candle's), from the same
+    /// weights and batch; exits 1 when any loss, parameter or running statistic differs by
+    /// more than 1e-4 of its tensor's largest value.
+    Selftest {
+        #[arg(long, value_enum, default_value_t = SelftestDevice::Cuda)]
+        device: SelftestDevice,
+    },
     /// Print the expanded conditions and the run order.
     Plan {
         #[arg(value_name = "FILE")]
@@ -149,6 +158,12 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SelftestDevice {
+    Cpu,
+    Cuda,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -203,6 +218,10 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Tune(args) => tune::tune(&args, &overrides, g),
         Command::Slurm(args) => slurm::slurm(&args, &overrides, g),
         Command::Diagnose(args) => diagnose::diagnose(&args, g),
+        Command::Selftest { device } => selftest::selftest(match device {
+            SelftestDevice::Cpu => crate::config::DeviceKind::Cpu,
+            SelftestDevice::Cuda => crate::config::DeviceKind::Cuda,
+        }),
     }
 }
 

@@ -95,6 +95,11 @@ impl Trainer {
         &self.model
     }
 
+    /// What updates the weights (candle's ops, or the fused CUDA kernel).
+    pub fn optimizer_path(&self) -> &'static str {
+        self.optimizer.path()
+    }
+
     /// Forward, cross-entropy loss, backward and one optimizer step. Returns the loss tensor
     /// (read it after timing: on CUDA reading it waits for the device).
     pub fn step(&mut self, images: &Tensor, labels: &Tensor) -> Result<Tensor> {
