@@ -13,7 +13,7 @@ mod loader;
 mod step;
 
 pub use loader::independent_rate;
-pub use step::{StepCase, step};
+pub use step::{StepCase, step, step_on_gpu};
 
 use std::time::Instant;
 

@@ -42,6 +42,11 @@ pub(super) struct BenchArgs {
     /// For `bench step`: classes of the last layer.
     #[arg(long, default_value_t = 10)]
     classes: usize,
+    /// For `bench step`: the device. On `cuda` it times the step with the batch on the GPU
+    /// (step, host enqueue and device time) beside PyTorch's eager, fused-optimizer and
+    /// CUDA-graphed steps on the same GPU when python3 has torch with CUDA.
+    #[arg(long, value_enum, default_value_t = super::DeviceArg::Cpu)]
+    device: super::DeviceArg,
 }
 
 pub(super) fn bench(a: &BenchArgs, overrides: &Overrides, g: &Global) -> Result<(), Failure> {
@@ -125,6 +130,23 @@ fn step(a: &BenchArgs, overrides: &Overrides) -> Result<Vec<Measurement>, Failur
         steps,
         layers,
     };
+    if matches!(a.device, super::DeviceArg::Cuda) {
+        let device = train::select(crate::config::DeviceKind::Cuda, 0)
+            .map_err(failed)?
+            .device;
+        println!(
+            "training step on CUDA, {}, batch on the device, TF32 {}, {steps} steps × {repeat} \
+             repetitions, PyTorch's variants interleaved when python3 has torch with CUDA",
+            case.describe(),
+            if settings.device.tf32 { "on" } else { "off" }
+        );
+        train::set_tf32(settings.device.tf32);
+        let all = bench::step_on_gpu(&case, &device, repeat).map_err(failed)?;
+        if !all.iter().any(|m| m.name.starts_with("PyTorch")) {
+            println!("(no python3 with torch and CUDA found: PyTorch not measured)");
+        }
+        return Ok(all);
+    }
     println!(
         "training step, {}, {steps} timed steps × {repeat} repetitions, PyTorch's interleaved \
          when python3 has torch ({cores} cores)",

@@ -148,8 +148,8 @@ enum Command {
     /// weights and batch; exits 1 when any loss, parameter or running statistic differs by
     /// more than 1e-4 of its tensor's largest value.
     Selftest {
-        #[arg(long, value_enum, default_value_t = SelftestDevice::Cuda)]
-        device: SelftestDevice,
+        #[arg(long, value_enum, default_value_t = DeviceArg::Cuda)]
+        device: DeviceArg,
     },
     /// Print the expanded conditions and the run order.
     Plan {
@@ -160,10 +160,20 @@ enum Command {
     },
 }
 
+/// A device named on the command line.
 #[derive(Clone, Copy, ValueEnum)]
-enum SelftestDevice {
+enum DeviceArg {
     Cpu,
     Cuda,
+}
+
+impl DeviceArg {
+    fn kind(self) -> crate::config::DeviceKind {
+        match self {
+            DeviceArg::Cpu => crate::config::DeviceKind::Cpu,
+            DeviceArg::Cuda => crate::config::DeviceKind::Cuda,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -218,10 +228,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Tune(args) => tune::tune(&args, &overrides, g),
         Command::Slurm(args) => slurm::slurm(&args, &overrides, g),
         Command::Diagnose(args) => diagnose::diagnose(&args, g),
-        Command::Selftest { device } => selftest::selftest(match device {
-            SelftestDevice::Cpu => crate::config::DeviceKind::Cpu,
-            SelftestDevice::Cuda => crate::config::DeviceKind::Cuda,
-        }),
+        Command::Selftest { device } => selftest::selftest(device.kind()),
     }
 }
 
