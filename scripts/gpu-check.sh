@@ -4,10 +4,15 @@
 #   - prints the GPU, the driver and the CUDA libraries found (cuBLAS/cuRAND are dlopened: the
 #     CUDA 13 folder of Python's nvidia-* wheels goes FIRST on LD_LIBRARY_PATH, so a CUDA 12
 #     libcublas.so elsewhere is never picked up before libcublas.so.13);
-#   - a one-step run, twice: the first JIT-compiles candle's PTX kernels (its wall time is the
-#     compile cost, which belongs to warm-up and never to timed steps), the second reuses the
-#     compute cache (CUDA_CACHE_MAXSIZE is raised so the cache holds every kernel);
-#   - runs experiments/stand_in.toml on CUDA (the stand-in step's kernel, ~15 s);
+#   - `selftest --device cuda` first: every model kind and optimizer for 3 steps on CUDA against
+#     the CPU (the first process also JIT-compiles candle's PTX: its wall time is that cost,
+#     which belongs to warm-up and never to timed steps; CUDA_CACHE_MAXSIZE is raised so the
+#     cache keeps every kernel for the later stages); it prints whether the fused optimizer and
+#     the pooling kernels passed their own checks (a notice when one did not);
+#   - `bench step --device cuda` for small_cnn b256, cnn [32, 64] b128 and resnet 18 CIFAR b128,
+#     each beside PyTorch's eager, fused-Adam and CUDA-graphed steps on the same GPU (TF32 off);
+#   - runs experiments/stand_in.toml on CUDA (the stand-in step's kernel, ~15 s), and checks
+#     that 2 ranks on a 1-GPU machine fail with the message naming the GPU count;
 #   - runs experiments/dataloader_workers.toml on CUDA (synthetic data of FashionMNIST's shape:
 #     GPU machines here cannot download), and a shorter variant if that fails or runs out of time;
 #   - then, time permitting, a worker sweep (0, 1, 2, 4, 8) with fewer steps;
@@ -16,7 +21,7 @@
 # log and the files come back whatever fails.
 # Usage: bash scripts/gpu-check.sh [--dry-run]    (OUT defaults to ./gpu-check-out)
 # --dry-run (or GPU_CHECK_DEVICE=auto) runs the same flow on a machine without a GPU: the CUDA
-# binary falls back to the CPU.
+# binary falls back to the CPU where it can (selftest and bench step need CUDA and fail).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -63,8 +68,9 @@ run() {  # $1 = name, $2 = timeout s, rest = loaderlab arguments
   echo "== $name ($limit s at most): loaderlab $*"
   local t0 rc
   t0=$(date +%s.%N)
-  timeout --signal=INT --kill-after=10 "$limit" "$BIN" "$@" --out "/tmp/results/$name"
-  rc=$?
+  timeout --signal=INT --kill-after=10 "$limit" "$BIN" "$@" --out "/tmp/results/$name" 2>&1 \
+    | tee "$OUT/$name.log"
+  rc=${PIPESTATUS[0]}
   local took
   took=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.1f}')" 2>/dev/null || echo "?")
   if [[ $rc -eq 0 ]]; then stage "$name: ok in $took s"; else stage "$name: FAILED (exit $rc) after $took s"; fi
@@ -91,18 +97,25 @@ main() {
   export CUDA_CACHE_PATH=/tmp/cuda-compute-cache CUDA_CACHE_MAXSIZE=4294967296
   local DEV="${GPU_CHECK_DEVICE:-cuda}"
   SYN=(--set dataset.kind=synthetic --set dataset.synthetic_size=60000 --set "device.kind=$DEV")
-  ONE=(--set 'matrix.loader.workers=[0]' --set protocol.rounds=1 --set protocol.warmup_steps=0
-       --set protocol.timed_steps=1 --set protocol.profile=false)
-  if run first-step-jit 120 experiments/dataloader_workers.toml "${SYN[@]}" "${ONE[@]}"; then
-    stage "kernels loaded: first process compiled candle's PTX (time above)"
-    run first-step-cached 60 experiments/dataloader_workers.toml "${SYN[@]}" "${ONE[@]}" || true
+  if run selftest 150 selftest --device cuda; then
+    stage "kernels: candle's PTX compiled and every model kind and optimizer agrees with the CPU"
   else
-    stage "kernels loaded: FAILED (see the first-step-jit output above)"
+    stage "kernels: selftest FAILED or incomplete (see its output above)"
   fi
+  grep -E "^note: the (fused optimizer|max pooling)" "$OUT/selftest.log" || \
+    echo "(no kernel notices: the fused optimizer and the pooling kernels passed their checks)"
+
+  # The CUDA step beside PyTorch's on this GPU; each case stops early rather than eat the budget.
+  local B=(bench step --device cuda --repeat 3 --steps 20)
+  (( $(left) > 200 )) && run bench-small-cnn 50 "${B[@]}" --batch 256
+  (( $(left) > 180 )) && run bench-cnn 50 "${B[@]}" --model cnn --set 'model.channels=[32,64]' --batch 128
+  (( $(left) > 160 )) && run bench-resnet18 70 "${B[@]}" --model resnet --set model.depth=18 \
+    --set model.stem=cifar --input 3x32x32 --batch 128
+  (( $(left) > 150 )) || stage "bench: some cases skipped ($(left) s left)"
 
   # The stand-in step's CUDA kernel (checked against the host on first use): its device time
   # per step must be the declared 40 ms and its ceiling 64 / 40 ms = 1,600 img/s.
-  if run stand-in-cuda 60 experiments/stand_in.toml --set "device.kind=$DEV" --set protocol.rounds=1; then
+  if run stand-in-cuda 45 experiments/stand_in.toml --set "device.kind=$DEV" --set protocol.rounds=1; then
     python3 - /tmp/results/stand-in-cuda/result.json <<'PY' || true
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -114,9 +127,21 @@ for c in r["analysis"]["conditions"]:
 PY
     cp /tmp/results/stand-in-cuda/report.md "$OUT/stand-in-report.md" 2>/dev/null || true
   fi
+  # One rank per GPU: with more ranks than GPUs the run must stop with the count named.
+  local gpus
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 0)
+  if run ranks-beyond-gpus 30 experiments/node.toml --set "device.kind=$DEV" \
+      --set "distributed.ranks=$(( gpus + 1 ))" --set 'matrix.loader.workers=[1]' \
+      --set protocol.rounds=1 --set protocol.timed_steps=5 --set protocol.warmup_steps=1; then
+    stage "ranks: $(( gpus + 1 )) ranks on $gpus GPU(s) ran: FAILED (expected a refusal)"
+  elif grep -q "this machine has $gpus CUDA device" "$OUT/ranks-beyond-gpus.log"; then
+    stage "ranks: $(( gpus + 1 )) ranks on $gpus GPU(s) refused, naming the count: ok"
+  else
+    stage "ranks: refused without naming the GPU count: FAILED (see the log above)"
+  fi
 
   MAIN=main
-  if ! run main 150 experiments/dataloader_workers.toml "${SYN[@]}"; then
+  if ! run main $(( $(left) > 120 ? 120 : $(left) )) experiments/dataloader_workers.toml "${SYN[@]}"; then
     MAIN=short
     run short $(( $(left) > 90 ? 90 : $(left) )) experiments/dataloader_workers.toml "${SYN[@]}" \
       --set protocol.rounds=2 --set protocol.timed_steps=50 --set protocol.warmup_steps=20 || true
