@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One prepared check on a GPU machine (at most ~5 minutes). Needs dist/loaderlab-cuda.xz from
 # scripts/package-cuda.sh (built on a CPU machine) and this repository's experiments/.
-#   - prints the GPU, the driver and the CUDA libraries found (cuBLAS/cuRAND are dlopened: the
-#     CUDA 13 folder of Python's nvidia-* wheels goes FIRST on LD_LIBRARY_PATH, so a CUDA 12
-#     libcublas.so elsewhere is never picked up before libcublas.so.13);
+#   - prints the GPU, the driver and the CUDA libraries found (cuBLAS/cuRAND/cuDNN are
+#     dlopened: the folders of Python's nvidia-* wheels that hold libcublas.so.13,
+#     libcurand.so.10 and libcudnn.so.9 go FIRST on LD_LIBRARY_PATH, so a CUDA 12 libcublas.so
+#     elsewhere is never picked up before libcublas.so.13);
 #   - `selftest --device cuda` first: every model kind and optimizer for 3 steps on CUDA against
 #     the CPU (the first process also JIT-compiles candle's PTX: its wall time is that cost,
 #     which belongs to warm-up and never to timed steps; CUDA_CACHE_MAXSIZE is raised so the
@@ -52,7 +53,7 @@ cuda13_first() {
   local dirs="" sp f d
   for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages()+[site.getusersitepackages()]))' 2>/dev/null) /opt /usr/local; do
     [[ -d "$sp" ]] || continue
-    for f in $(find "$sp" -maxdepth 6 \( -name 'libcublas.so.13' -o -name 'libcurand.so.10' -o -name 'libnvrtc.so.13' \) 2>/dev/null); do
+    for f in $(find "$sp" -maxdepth 6 \( -name 'libcublas.so.13' -o -name 'libcurand.so.10' -o -name 'libcudnn.so.9' \) 2>/dev/null); do
       d="$(dirname "$f")"; [[ ":$dirs:" == *":$d:"* ]] || dirs="$dirs:$d"
     done
   done
@@ -60,7 +61,7 @@ cuda13_first() {
     export LD_LIBRARY_PATH="${dirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
   echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
-  ldconfig -p | grep -E 'libcuda\.so|libcublas(Lt)?\.so|libcurand\.so|libnvrtc\.so' || true
+  ldconfig -p | grep -E 'libcuda\.so|libcublas(Lt)?\.so|libcurand\.so|libcudnn\.so' || true
 }
 
 run() {  # $1 = name, $2 = timeout s, rest = loaderlab arguments

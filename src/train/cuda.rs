@@ -48,9 +48,10 @@ pub fn describe(device: &Device) -> Option<String> {
     Some(format!("({name}, compute {major}.{minor}, {gib:.0} GiB)"))
 }
 
-/// TF32 for f32 matrix products: off unless `device.tf32 = true`.
+/// TF32 for f32 matrix products and cuDNN's convolutions: off unless `device.tf32 = true`.
 pub fn set_tf32(on: bool) {
     candle_core::cuda::set_gemm_reduced_precision_f32(on);
+    super::cuda_conv::set_tf32(on);
 }
 
 fn cuda_device(device: &Device) -> Option<&CudaDevice> {
@@ -140,6 +141,61 @@ pub fn images_to_device(batch: &Batch, device: &Device) -> Result<Option<Tensor>
     } else {
         block.narrow(0, 0, batch.len)?
     }))
+}
+
+/// Labels to the device from page-locked memory, like the images: each batch's labels are
+/// copied into the next of [`LABEL_RING`] pinned staging buffers and queued as an asynchronous
+/// copy. A buffer is reused [`LABEL_RING`] batches later, and its event (recorded by cudarc
+/// after each copy from it) makes the refill wait for that copy — long done by then.
+pub struct LabelRing {
+    context: Arc<CudaContext>,
+    ring: std::sync::Mutex<(Vec<PinnedHostSlice<u32>>, usize)>,
+}
+
+pub const LABEL_RING: usize = 4;
+
+impl LabelRing {
+    pub fn for_device(device: &Device) -> Option<LabelRing> {
+        cuda_device(device).map(|d| LabelRing {
+            context: Arc::clone(d.cuda_stream().context()),
+            ring: std::sync::Mutex::new((Vec::new(), 0)),
+        })
+    }
+
+    pub fn upload(&self, labels: &[u32], device: &Device) -> Result<Tensor> {
+        let dev = cuda_device(device).ok_or_else(|| cuda_err("not a CUDA device"))?;
+        let n = labels.len();
+        let mut guard = self
+            .ring
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (ring, next) = &mut *guard;
+        let slot = *next;
+        *next = (slot + 1) % LABEL_RING;
+        if ring.len() <= slot || ring[slot].len() != n {
+            // SAFETY: every element is written just below before the copy reads it.
+            let fresh = unsafe { self.context.alloc_pinned_with_flags::<u32>(n.max(1), 0) }
+                .map_err(cuda_err)?;
+            if ring.len() <= slot {
+                ring.push(fresh);
+            } else {
+                ring[slot] = fresh;
+            }
+        }
+        let staging = &mut ring[slot];
+        staging.as_mut_slice().map_err(cuda_err)?[..n].copy_from_slice(labels);
+        let stream = dev.cuda_stream();
+        // SAFETY: every element is written by the copy queued next on the same stream.
+        let mut dst = unsafe { stream.alloc::<u32>(staging.len()) }.map_err(cuda_err)?;
+        stream.memcpy_htod(&*staging, &mut dst).map_err(cuda_err)?;
+        let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(dst, dev.clone()));
+        let t = Tensor::from_storage(storage, staging.len(), BackpropOp::none(), false);
+        if n == staging.len() {
+            Ok(t)
+        } else {
+            t.narrow(0, 0, n)
+        }
+    }
 }
 
 /// Keep freed device memory in the device's default memory pool: with the pool's release

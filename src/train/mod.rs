@@ -9,6 +9,8 @@ mod clock;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "cuda")]
+mod cuda_conv;
+#[cfg(feature = "cuda")]
 mod cuda_optim;
 #[cfg(feature = "cuda")]
 mod cuda_pool;
@@ -52,6 +54,9 @@ pub struct Trainer {
     layers: Layers,
     model: Model,
     optimizer: Optimizer,
+    /// Page-locked staging for the labels of batches that came through pinned buffers.
+    #[cfg(feature = "cuda")]
+    labels: Option<cuda::LabelRing>,
 }
 
 impl Trainer {
@@ -72,6 +77,8 @@ impl Trainer {
         Ok(Trainer {
             init,
             settings: opt.clone(),
+            #[cfg(feature = "cuda")]
+            labels: cuda::LabelRing::for_device(&device),
             device,
             layers,
             model,
@@ -93,6 +100,22 @@ impl Trainer {
 
     pub fn model(&self) -> &Model {
         &self.model
+    }
+
+    /// A batch on this trainer's device. On CUDA, when the images come through a page-locked
+    /// buffer, the labels do too (a small ring of pinned staging buffers), so neither copy
+    /// waits for the device.
+    pub fn to_device(&self, batch: &Batch) -> Result<(Tensor, Tensor)> {
+        let (x, pinned) = images_to_device(batch, &self.device)?;
+        #[cfg(feature = "cuda")]
+        if let (true, Some(ring)) = (pinned, &self.labels) {
+            return Ok((x, ring.upload(batch.labels(), &self.device)?));
+        }
+        let _ = pinned;
+        Ok((
+            x,
+            Tensor::from_slice(batch.labels(), batch.len, &self.device)?,
+        ))
     }
 
     /// What updates the weights (candle's ops, or the fused CUDA kernel).
@@ -156,7 +179,7 @@ impl DeviceStep {
     pub fn upload(&self, batch: &Batch) -> Result<OnDevice> {
         match self {
             DeviceStep::Model(t) => {
-                let (x, y) = to_device(batch, t.device())?;
+                let (x, y) = t.to_device(batch)?;
                 Ok(OnDevice::Tensors(x, y))
             }
             DeviceStep::StandIn(_) => Ok(OnDevice::StandIn(DeviceBatch::upload(batch))),
@@ -238,21 +261,24 @@ pub fn set_tf32(on: bool) {
 /// A batch as (images N×C×H×W, labels) on `device`. From a pinned buffer on CUDA this only
 /// queues an asynchronous copy; otherwise candle copies (synchronously on the CPU).
 pub fn to_device(batch: &Batch, device: &Device) -> Result<(Tensor, Tensor)> {
-    let shape = batch.shape;
-    #[cfg(feature = "cuda")]
-    let pinned = cuda::images_to_device(batch, device)?;
-    #[cfg(not(feature = "cuda"))]
-    let pinned: Option<Tensor> = None;
-    let x = match pinned {
-        Some(x) => x,
-        None => Tensor::from_slice(
-            batch.images(),
-            (batch.len, shape.channels, shape.height, shape.width),
-            device,
-        )?,
-    };
+    let (x, _) = images_to_device(batch, device)?;
     let y = Tensor::from_slice(batch.labels(), batch.len, device)?;
     Ok((x, y))
+}
+
+/// The images on `device`, and whether they came through a page-locked buffer.
+fn images_to_device(batch: &Batch, device: &Device) -> Result<(Tensor, bool)> {
+    let shape = batch.shape;
+    #[cfg(feature = "cuda")]
+    if let Some(x) = cuda::images_to_device(batch, device)? {
+        return Ok((x, true));
+    }
+    let x = Tensor::from_slice(
+        batch.images(),
+        (batch.len, shape.channels, shape.height, shape.width),
+        device,
+    )?;
+    Ok((x, false))
 }
 
 /// Keep freed training buffers in the process instead of returning them to the OS.

@@ -251,7 +251,7 @@ impl Model {
                         };
                         x.contiguous()?.apply_op2(self.t(*weight), op)?
                     } else {
-                        x.conv2d(self.t(*weight), *padding, *stride, 1, 1)?
+                        conv2d(&x, self.t(*weight), *padding, *stride)?
                     };
                     match bias {
                         Some(b) => y.broadcast_add(&self.t(*b).reshape((1, (), 1, 1))?)?,
@@ -345,6 +345,16 @@ impl Model {
         running[norm] = (next_mean, next_var);
         Ok(())
     }
+}
+
+/// A convolution with candle's layers: on CUDA through cuDNN once it loaded and passed its
+/// check, else candle's own.
+fn conv2d(x: &Tensor, w: &Tensor, padding: usize, stride: usize) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(y) = super::cuda_conv::conv2d(x, w, padding, stride)? {
+        return Ok(y);
+    }
+    x.conv2d(w, padding, stride, 1, 1)
 }
 
 /// Max pooling with `k`×`k` windows and stride 2 (2×2, or ResNet's 3×3 with padding 1): on
