@@ -278,3 +278,38 @@ fn report_md_snapshot() {
     let checks = loaderlab::verify::verify(dir.path());
     assert!(checks.iter().all(|c| c.ok), "{checks:?}");
 }
+
+/// `[report] framework_step_ms`: a trainer slower than the user's framework is called
+/// framework-bound next to the ceiling; one within 20 % stands for it.
+#[test]
+fn a_framework_step_is_set_beside_ours() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), by_plan([1000.0; 3], [1000.0; 3]), |_| {
+        [(1.0, 2.0); 4]
+    });
+    for (framework_ms, bound) in [(0.5, true), (2.4, false), (0.0, false)] {
+        let mut raw = Raw::load(dir.path()).unwrap();
+        raw.plan.experiment.report.framework_step_ms = framework_ms;
+        let a = analyse(&raw).unwrap();
+        let verdict = loaderlab::report::verdict(&a, &raw.meta);
+        if framework_ms == 0.0 {
+            assert!(a.framework.is_none());
+            assert!(!verdict.contains("framework_step_ms"), "{verdict}");
+            continue;
+        }
+        // The device column is h2d + compute = 0.5 + 2.0 ms.
+        let f = a.framework.unwrap();
+        assert_eq!((f.ours_ms, f.framework_ms), (2.5, framework_ms));
+        assert_eq!(f.bound(), bound);
+        assert_eq!(
+            verdict.contains("framework-bound, 5.000× slower"),
+            bound,
+            "{verdict}"
+        );
+        assert_eq!(
+            verdict.contains("stand for your job's"),
+            !bound,
+            "{verdict}"
+        );
+    }
+}

@@ -193,7 +193,43 @@ pub struct Analysis {
     /// Where extra workers stop paying as model compute grows (a matrix over a model setting
     /// and the worker count).
     pub model_scale: Option<ModelScale>,
+    /// The baseline's step beside the user's framework's (`[report] framework_step_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<FrameworkStep>,
     pub warnings: Vec<String>,
+}
+
+/// This run's step on the device beside the same step in the user's framework.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FrameworkStep {
+    /// The baseline's median device time per step, ms.
+    pub ours_ms: f64,
+    /// `[report] framework_step_ms`.
+    pub framework_ms: f64,
+    /// ours / framework: above [`FRAMEWORK_BOUND`] the trainer is framework-bound.
+    pub ratio: f64,
+}
+
+/// How much slower than the framework's our step may be and still stand for it.
+pub const FRAMEWORK_BOUND: f64 = 1.2;
+
+impl FrameworkStep {
+    /// Beside the baseline's device time, for a real network (a stand-in's step is the
+    /// user's by construction) when the framework's step is known.
+    fn of(framework_ms: f64, base: Option<&ConditionSummary>, stand_in: bool) -> Option<Self> {
+        let ours_ms = base?.device_median_ms;
+        (framework_ms > 0.0 && ours_ms.is_finite() && ours_ms > 0.0 && !stand_in).then(|| {
+            FrameworkStep {
+                ours_ms,
+                framework_ms,
+                ratio: ours_ms / framework_ms,
+            }
+        })
+    }
+
+    pub fn bound(&self) -> bool {
+        self.ratio > FRAMEWORK_BOUND
+    }
 }
 
 pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
@@ -287,6 +323,13 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
         |name| raw.meta.condition(name).and_then(|c| c.model.clone()),
         raw.plan.experiment.seed,
     );
+    let base_stand_in = (raw.plan.conditions.iter())
+        .any(|p| p.name == baseline && p.config.model.kind == crate::config::ModelKind::StandIn);
+    let framework = FrameworkStep::of(
+        raw.plan.report().framework_step_ms,
+        conditions.iter().find(|c| c.condition == baseline),
+        base_stand_in,
+    );
     Ok(Analysis {
         baseline,
         runs,
@@ -295,6 +338,7 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
         profiles,
         prediction,
         model_scale,
+        framework,
         warnings,
     })
 }

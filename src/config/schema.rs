@@ -587,6 +587,11 @@ pub struct ReportSection {
     /// Several ranks: a rank is named the straggler when its median wait is more than this
     /// many times the other ranks' (the 95 % interval's low end above it).
     pub straggler_skew: f64,
+    /// The same network's training step in the user's framework on the same device, ms (e.g.
+    /// PyTorch's from `loaderlab bench step --device cuda`, or the device time `diagnose`
+    /// reads from a trace); 0 = not known. The report sets it beside this run's own step, so
+    /// a framework-bound trainer (slower than the framework) is said next to the ceiling.
+    pub framework_step_ms: f64,
 }
 
 impl Default for ReportSection {
@@ -599,6 +604,7 @@ impl Default for ReportSection {
             moderately_input_bound: 0.05,
             html: true,
             straggler_skew: 2.0,
+            framework_step_ms: 0.0,
         }
     }
 }

@@ -479,6 +479,15 @@ pub fn check_experiment_wide(
             "expected at least one image format (\"svg\", \"png\") when charts = true".into(),
         ));
     }
+    if !(r.framework_step_ms.is_finite() && r.framework_step_ms >= 0.0) {
+        out.push((
+            KeyPath::keys(["report", "framework_step_ms"]),
+            format!(
+                "expected milliseconds, 0 (not known) or more, found {}",
+                r.framework_step_ms
+            ),
+        ));
+    }
     let (high, moderate) = (r.highly_input_bound, r.moderately_input_bound);
     if !(0.0..=1.0).contains(&high) {
         out.push((

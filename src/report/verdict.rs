@@ -108,6 +108,36 @@ fn headroom(out: &mut String, base: &ConditionSummary) {
     );
 }
 
+/// This run's step beside the user's framework's (`[report] framework_step_ms`), next to the
+/// ceiling it qualifies.
+fn framework(out: &mut String, a: &Analysis) {
+    let Some(f) = &a.framework else { return };
+    if f.bound() {
+        let _ = write!(
+            out,
+            " This trainer's step took {} ms on the device against {} ms for the same step in \
+             your framework (`[report] framework_step_ms`): the trainer is framework-bound, {} \
+             slower, so the ceiling above understates your job's by about as much and every \
+             verdict here leans towards \"not input-bound\". For your job's answer run the \
+             stand-in step with its time (`model.kind = \"stand_in\"`, `model.step_ms = {}`).",
+            ms(f.ours_ms),
+            ms(f.framework_ms),
+            ratio(f.ratio),
+            f.framework_ms
+        );
+    } else {
+        let _ = write!(
+            out,
+            " This trainer's step took {} ms on the device against {} ms for the same step in \
+             your framework (`[report] framework_step_ms`, {} of it): the ceiling and the \
+             verdicts stand for your job's.",
+            ms(f.ours_ms),
+            ms(f.framework_ms),
+            ratio(f.ratio)
+        );
+    }
+}
+
 /// "waits 12 % of step time (highly input-bound)" for a measured neighbour.
 fn waits(share: f64, class: InputBound, by: ClassifiedBy) -> String {
     match by {
@@ -385,6 +415,7 @@ pub fn verdict(a: &Analysis, meta: &RunMeta) -> String {
     }
     input_bound(&mut out, a);
     headroom(&mut out, base);
+    framework(&mut out, a);
     prediction(&mut out, a);
     model_scale(&mut out, a);
     let idle: Vec<String> = a
