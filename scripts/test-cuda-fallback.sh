@@ -5,6 +5,8 @@
 #   2. a driver library, no device: (a stub libcuda.so.1 answering CUDA_ERROR_NO_DEVICE) the same;
 #   3. a driver library that lacks a symbol cudarc calls (a stub that answers cuInit and then
 #      has no cuDevicePrimaryCtxRetain): cudarc panics, the panic is caught, the same again.
+# In each: `selftest` and `bench step --device cuda` fail clearly (exit 1), and two ranks of a
+# real network with device.kind = auto (which falls back to the CPU) are refused.
 # Also prints the binary's NEEDED libraries: only libc/libstdc++/libgcc/libm may appear.
 # Usage: scripts/test-cuda-fallback.sh [path/to/cuda/loaderlab]   (default target-cuda/release/loaderlab)
 set -euo pipefail
@@ -39,6 +41,26 @@ check() {  # $1 = label; LD_LIBRARY_PATH as set by the caller
   [[ $rc -eq 1 ]] || fail "$label: device.kind=cuda exited $rc, expected 1"
   grep -q 'device.kind = "cuda" but CUDA device 0 is not usable' "$WORK/cuda.log" || fail "$label: unclear error"
   [[ ! -e "$WORK/$label-cuda" ]] || fail "$label: a results folder was left behind"
+  echo "== $label: selftest (CUDA) and bench step --device cuda"
+  for cmd in "selftest" "bench step --device cuda --steps 1 --repeat 1"; do
+    set +e
+    # shellcheck disable=SC2086
+    "$BIN" $cmd >"$WORK/cmd.log" 2>&1
+    rc=$?
+    set -e
+    tail -1 "$WORK/cmd.log"
+    [[ $rc -eq 1 ]] || fail "$label: $cmd exited $rc, expected 1"
+    grep -q 'CUDA device 0 is not usable' "$WORK/cmd.log" || fail "$label: $cmd: unclear error"
+  done
+  echo "== $label: 2 ranks of a real network, device.kind = auto (falls back to the CPU)"
+  set +e
+  "$BIN" experiments/smoke.toml --set distributed.ranks=2 --set protocol.rounds=1 \
+    --out "$WORK/$label-ranks" >"$WORK/ranks.log" 2>&1
+  rc=$?
+  set -e
+  tail -1 "$WORK/ranks.log"
+  [[ $rc -ne 0 ]] || fail "$label: 2 CPU ranks of a real network ran"
+  grep -q 'needs one GPU per rank' "$WORK/ranks.log" || fail "$label: ranks: unclear error"
 }
 
 env -u LD_LIBRARY_PATH bash -c true
