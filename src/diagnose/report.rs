@@ -219,6 +219,12 @@ rounds = 3
 
 [matrix]
 "loader.workers" = [0, 2, 4]
+
+# To run this pipeline with a real network of loaderlab's instead (model.kind = "small_cnn",
+# "resnet", …) on the traced GPU, keep the traced step as the yardstick: the report then says
+# whether loaderlab's own step is slower than yours (framework-bound) next to its ceiling.
+# [report]
+# framework_step_ms = {step}
 "#,
         trace = d.trace,
     )
