@@ -158,23 +158,32 @@ fn layers_json(net: &Network) -> serde_json::Value {
 /// One repetition of PyTorch's step for `case` on `threads` threads: (median ms, torch version),
 /// or None when no `python3` with torch runs it.
 fn pytorch_step(case: &StepCase, threads: usize) -> Option<(f64, String)> {
-    let o = &case.optimizer;
-    let spec = serde_json::json!({
+    let output = run_python(PYTORCH_STEP, case, ("threads", serde_json::json!(threads)))?;
+    python_result(&output, "PyTorch's step")
+}
+
+/// `script` (after pytorch_model.py) in `python3` with `case`'s spec plus one `extra` key.
+fn run_python(
+    script: &str,
+    case: &StepCase,
+    extra: (&str, serde_json::Value),
+) -> Option<std::process::Output> {
+    let shape = case.net.input.shape;
+    let mut spec = serde_json::json!({
         "layers": layers_json(&case.net),
-        "input": [case.net.input.shape.channels, case.net.input.shape.height, case.net.input.shape.width],
+        "input": [shape.channels, shape.height, shape.width],
         "classes": case.net.input.classes,
         "batch": case.batch,
         "steps": case.steps,
-        "threads": threads,
-        "optimizer": o,
+        "optimizer": &case.optimizer,
     });
-    let output = std::process::Command::new("python3")
+    spec[extra.0] = extra.1;
+    std::process::Command::new("python3")
         .arg("-c")
-        .arg(PYTORCH_STEP)
+        .arg(script)
         .arg(spec.to_string())
         .output()
-        .ok()?;
-    python_result(&output, "PyTorch's step")
+        .ok()
 }
 
 /// A comparison script's printed JSON; None, with the reason on stderr when it is more than
@@ -355,21 +364,8 @@ struct GpuResult {
 
 /// One repetition of PyTorch's variants on the GPU; None when no `python3` with torch runs it.
 fn pytorch_gpu_step(case: &StepCase) -> Option<GpuResult> {
-    let spec = serde_json::json!({
-        "layers": layers_json(&case.net),
-        "input": [case.net.input.shape.channels, case.net.input.shape.height, case.net.input.shape.width],
-        "classes": case.net.input.classes,
-        "batch": case.batch,
-        "steps": case.steps,
-        "optimizer": &case.optimizer,
-        "variants": GPU_VARIANTS,
-    });
-    let output = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(PYTORCH_CUDA_STEP)
-        .arg(spec.to_string())
-        .output()
-        .ok()?;
+    let variants = ("variants", serde_json::json!(GPU_VARIANTS));
+    let output = run_python(PYTORCH_CUDA_STEP, case, variants)?;
     let raw: serde_json::Value = python_result(&output, "PyTorch's CUDA step")?;
     let variants = raw["variants"]
         .as_object()?

@@ -198,6 +198,30 @@ impl LabelRing {
     }
 }
 
+/// What a check found on each CUDA device, computed once per device and process: the first
+/// caller runs it (holding the lock, so no other thread runs it meanwhile), later callers get
+/// the remembered outcome.
+pub struct OncePerDevice<T>(std::sync::Mutex<Vec<(candle_core::cuda_backend::DeviceId, T)>>);
+
+impl<T: Clone> OncePerDevice<T> {
+    pub const fn new() -> Self {
+        OncePerDevice(std::sync::Mutex::new(Vec::new()))
+    }
+
+    pub fn get(&self, device: &CudaDevice, first: impl FnOnce() -> T) -> T {
+        let mut seen = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, t)) = seen.iter().find(|(id, _)| *id == device.id()) {
+            return t.clone();
+        }
+        let t = first();
+        seen.push((device.id(), t.clone()));
+        t
+    }
+}
+
 /// Keep freed device memory in the device's default memory pool: with the pool's release
 /// threshold at 0 (CUDA's default) every synchronisation may hand freed memory back to the
 /// driver, and the next step maps it again. Returns what was set, for the results.

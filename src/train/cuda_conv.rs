@@ -16,11 +16,13 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaView};
 use candle_core::cuda_backend::{CudaStorage, DeviceId};
+
+use super::cuda::OncePerDevice;
 use candle_core::{CpuStorage, CudaDevice, CustomOp2, Device, Layout, Result, Shape, Tensor, Var};
 use cudarc::cudnn::{
     ConvBackwardData, ConvBackwardFilter, ConvDescriptor, ConvForward, Cudnn, FilterDescriptor,
@@ -416,8 +418,8 @@ impl CustomOp2 for BackwardFilter<'_> {
     }
 }
 
-/// Devices where cuDNN convolutions passed (true) or failed (false) their check.
-static CHECKED: Mutex<Vec<(DeviceId, bool)>> = Mutex::new(Vec::new());
+/// Whether cuDNN loaded and passed its check, per device.
+static CHECKED: OncePerDevice<bool> = OncePerDevice::new();
 
 /// `x` (N, C, H, W) convolved with `w` (K, C, R, S) through cuDNN when `x` is on a CUDA device
 /// where cuDNN loaded and passed its check; None otherwise (the caller takes candle's path).
@@ -425,24 +427,13 @@ pub fn conv2d(x: &Tensor, w: &Tensor, padding: usize, stride: usize) -> Result<O
     let Device::Cuda(dev) = x.device() else {
         return Ok(None);
     };
-    let ok = {
-        let mut checked = CHECKED.lock().unwrap_or_else(PoisonError::into_inner);
-        match checked.iter().find(|(id, _)| *id == dev.id()) {
-            Some(&(_, ok)) => ok,
-            None => {
-                let ok = usable(x.device())
-                    .map_err(|why| {
-                        eprintln!(
-                            "note: convolutions take candle's path on this device, not cuDNN: \
-                             {why}"
-                        )
-                    })
-                    .is_ok();
-                checked.push((dev.id(), ok));
-                ok
-            }
-        }
-    };
+    let ok = CHECKED.get(dev, || {
+        usable(x.device())
+            .map_err(|why| {
+                eprintln!("note: convolutions take candle's path on this device, not cuDNN: {why}")
+            })
+            .is_ok()
+    });
     if !ok {
         return Ok(None);
     }
@@ -457,7 +448,7 @@ fn usable(device: &Device) -> std::result::Result<(), String> {
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     // SAFETY: a trial dlopen by name, closed again; no other thread loads cuDNN meanwhile
-    // (CHECKED's lock is held).
+    // (this runs inside CHECKED, under its lock).
     let present = std::panic::catch_unwind(|| unsafe { cudarc::cudnn::sys::is_culib_present() });
     let checked = match present {
         Ok(true) => std::panic::catch_unwind(|| check(device).map_err(|e| e.to_string())),

@@ -13,15 +13,15 @@
 //! it) on a few small tensors for every rule; any difference beyond float rounding disables it
 //! for the process with a one-line notice, so a wrong kernel never touches a run.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use candle_core::cuda::cudarc::driver::{
     CudaFunction, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda::cudarc::nvrtc::Ptx;
-use candle_core::cuda_backend::DeviceId;
 use candle_core::{DType, Device, Result, Storage, Tensor};
 
+use super::cuda::OncePerDevice;
 use super::fused::{
     AdamArgs, CHUNK, MAX_TENSORS, Rule, SgdArgs, TensorList, check_buffers, check_disjoint,
 };
@@ -61,9 +61,8 @@ pub struct Fused {
     device: Device,
 }
 
-/// One entry per CUDA device: the checked kernels, or None when they failed their check.
-type Checked = Vec<(DeviceId, Option<Arc<Fused>>)>;
-static CHECKED: Mutex<Checked> = Mutex::new(Vec::new());
+/// Per CUDA device: the checked kernels, or None when they failed to load or their check.
+static CHECKED: OncePerDevice<Option<Arc<Fused>>> = OncePerDevice::new();
 
 impl Fused {
     /// The device's fused kernels, loaded and checked on first use; None off CUDA, or when
@@ -72,23 +71,19 @@ impl Fused {
         let Device::Cuda(dev) = device else {
             return None;
         };
-        let mut checked = CHECKED.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, f)) = checked.iter().find(|(id, _)| *id == dev.id()) {
-            return f.clone();
-        }
-        let fused = Fused::load(device)
-            .and_then(|f| f.check().map(|()| f))
-            .map_err(|e| {
-                eprintln!(
-                    "note: the fused optimizer kernel is not used on this device ({}); candle's \
-                     path updates the weights instead",
-                    e.to_string().lines().next().unwrap_or_default()
-                )
-            })
-            .ok()
-            .map(Arc::new);
-        checked.push((dev.id(), fused.clone()));
-        fused
+        CHECKED.get(dev, || {
+            Fused::load(device)
+                .and_then(|f| f.check().map(|()| f))
+                .map_err(|e| {
+                    eprintln!(
+                        "note: the fused optimizer kernel is not used on this device ({}); \
+                         candle's path updates the weights instead",
+                        e.to_string().lines().next().unwrap_or_default()
+                    )
+                })
+                .ok()
+                .map(Arc::new)
+        })
     }
 
     fn load(device: &Device) -> Result<Fused> {

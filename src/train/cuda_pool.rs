@@ -9,8 +9,10 @@
 
 use std::sync::{Mutex, PoisonError};
 
+use super::cuda::OncePerDevice;
+
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
-use candle_core::cuda_backend::{CudaStorage, DeviceId};
+use candle_core::cuda_backend::CudaStorage;
 use candle_core::{CpuStorage, CustomOp1, Device, Layout, Result, Shape, Tensor, Var};
 
 /// The kernels (`kernels/pool.cu`), built to PTX with the crate.
@@ -37,8 +39,8 @@ impl Window {
     }
 }
 
-/// Devices whose kernels passed (true) or failed (false) their check.
-static CHECKED: Mutex<Vec<(DeviceId, bool)>> = Mutex::new(Vec::new());
+/// Whether the kernels passed their check, per device.
+static CHECKED: OncePerDevice<bool> = OncePerDevice::new();
 
 /// Max pooling of `x` (N, C, H, W) through the kernels when `x` is on a CUDA device whose
 /// kernels passed their check; None otherwise (the caller takes candle's path).
@@ -46,25 +48,17 @@ pub fn max_pool(x: &Tensor, window: Window) -> Result<Option<Tensor>> {
     let Device::Cuda(dev) = x.device() else {
         return Ok(None);
     };
-    let ok = {
-        let mut checked = CHECKED.lock().unwrap_or_else(PoisonError::into_inner);
-        match checked.iter().find(|(id, _)| *id == dev.id()) {
-            Some(&(_, ok)) => ok,
-            None => {
-                let ok = check(x.device())
-                    .map_err(|e| {
-                        eprintln!(
-                            "note: the max pooling kernels are not used on this device ({}); \
-                             candle's path pools instead",
-                            e.to_string().lines().next().unwrap_or_default()
-                        )
-                    })
-                    .is_ok();
-                checked.push((dev.id(), ok));
-                ok
-            }
-        }
-    };
+    let ok = CHECKED.get(dev, || {
+        check(x.device())
+            .map_err(|e| {
+                eprintln!(
+                    "note: the max pooling kernels are not used on this device ({}); candle's \
+                     path pools instead",
+                    e.to_string().lines().next().unwrap_or_default()
+                )
+            })
+            .is_ok()
+    });
     if !ok {
         return Ok(None);
     }
