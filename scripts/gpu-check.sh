@@ -130,7 +130,8 @@ PY
   fi
   # One rank per GPU: with more ranks than GPUs the run must stop with the count named.
   local gpus
-  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 0)
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')   # grep -c prints 0 when there is none
+  [[ "$gpus" =~ ^[0-9]+$ ]] || gpus=0
   if run ranks-beyond-gpus 30 experiments/node.toml --set "device.kind=$DEV" \
       --set "distributed.ranks=$(( gpus + 1 ))" --set 'matrix.loader.workers=[1]' \
       --set protocol.rounds=1 --set protocol.timed_steps=5 --set protocol.warmup_steps=1; then

@@ -16,7 +16,7 @@ pub(super) fn selftest(kind: DeviceKind) -> Result<(), Failure> {
     );
     let outcomes = selftest::run(kind, |o| {
         println!(
-            "{:<7} {:<48} worst {:.1e} ({}; weights updated by {})",
+            "{:<7} {:<56} worst {:.1e} ({}; weights updated by {})",
             if o.passed() { "ok" } else { "FAILED" },
             o.case,
             o.worst,
