@@ -263,23 +263,21 @@ impl CustomOp2 for Conv {
         let grad = grad.contiguous()?;
         // The batch tracks no gradient: the first convolution's input gradient is not needed.
         let gx = if x.track_op() {
-            Some(grad.apply_op2_no_bwd(
-                w,
-                &BackwardData {
-                    conv: self,
-                    x: x.dims4()?.into(),
-                },
-            )?)
+            let data = Backward {
+                conv: self,
+                gradient: Gradient::Data,
+                out: x.shape().clone(),
+            };
+            Some(grad.apply_op2_no_bwd(w, &data)?)
         } else {
             None
         };
-        let gw = x.apply_op2_no_bwd(
-            &grad,
-            &BackwardFilter {
-                conv: self,
-                w: w.dims4()?.into(),
-            },
-        )?;
+        let filter = Backward {
+            conv: self,
+            gradient: Gradient::Filter,
+            out: w.shape().clone(),
+        };
+        let gw = x.apply_op2_no_bwd(&grad, &filter)?;
         Ok((gx, Some(gw)))
     }
 }
@@ -304,15 +302,28 @@ fn four(s: &Shape) -> Result<[usize; 4]> {
     Ok([a, b, c, d])
 }
 
-/// dx from (dy, w).
-struct BackwardData<'a> {
-    conv: &'a Conv,
-    x: Shape,
+/// Which gradient a backward op computes.
+#[derive(Clone, Copy)]
+enum Gradient {
+    /// dx from (dy, w).
+    Data,
+    /// dw from (x, dy).
+    Filter,
 }
 
-impl CustomOp2 for BackwardData<'_> {
+/// One of the convolution's two backward ops; `out` is the gradient's shape (x's or w's).
+struct Backward<'a> {
+    conv: &'a Conv,
+    gradient: Gradient,
+    out: Shape,
+}
+
+impl CustomOp2 for Backward<'_> {
     fn name(&self) -> &'static str {
-        "loaderlab-cudnn-conv2d-backward-data"
+        match self.gradient {
+            Gradient::Data => "loaderlab-cudnn-conv2d-backward-data",
+            Gradient::Filter => "loaderlab-cudnn-conv2d-backward-filter",
+        }
     }
 
     fn cpu_fwd(
@@ -325,95 +336,61 @@ impl CustomOp2 for BackwardData<'_> {
         Err(cudnn_err("cuDNN runs on CUDA only"))
     }
 
+    /// Data: (dy, w) → dx; Filter: (x, dy) → dw.
     fn cuda_fwd(
         &self,
-        gs: &CudaStorage,
-        gl: &Layout,
-        ws: &CudaStorage,
-        wl: &Layout,
+        s1: &CudaStorage,
+        l1: &Layout,
+        s2: &CudaStorage,
+        l2: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
-        let ((dy, dyd), (w, wd)) = views(gs, gl, ws, wl)?;
-        let key = self.conv.key(four(&self.x)?, wd)?;
+        let ((a, ad), (b, bd)) = views(s1, l1, s2, l2)?;
+        let out = four(&self.out)?;
+        let (key, dyd) = match self.gradient {
+            Gradient::Data => (self.conv.key(out, bd)?, ad),
+            Gradient::Filter => (self.conv.key(ad, out)?, bd),
+        };
         if key.y() != dyd {
             return Err(cudnn_err(format!(
                 "gradient {dyd:?}, expected {:?}",
                 key.y()
             )));
         }
-        let dev = &gs.device;
-        // SAFETY: backward-data writes every element of dx (beta = 0).
-        let mut dx = unsafe { dev.alloc::<f32>(self.x.elem_count()) }?;
+        let dev = &s1.device;
+        // SAFETY: both backward convolutions write every element of their output (beta = 0).
+        let mut grad = unsafe { dev.alloc::<f32>(self.out.elem_count()) }?;
         with_plan(dev, key, |p, workspace| {
-            let op = ConvBackwardData {
-                conv: &p.conv,
-                dx: &p.x,
-                w: &p.w,
-                dy: &p.y,
-            };
-            // SAFETY: dx, w and dy are contiguous f32 of the descriptors' dims (checked above).
-            unsafe { op.launch(p.backward_data, workspace, (1.0, 0.0), &mut dx, &w, &dy) }
-                .map_err(cudnn_err)
+            match self.gradient {
+                Gradient::Data => {
+                    let op = ConvBackwardData {
+                        conv: &p.conv,
+                        dx: &p.x,
+                        w: &p.w,
+                        dy: &p.y,
+                    };
+                    // SAFETY: dx (grad), w (b) and dy (a) are contiguous f32 of the
+                    // descriptors' dims (views(), the dims checked above, the allocation).
+                    unsafe { op.launch(p.backward_data, workspace, (1.0, 0.0), &mut grad, &b, &a) }
+                }
+                Gradient::Filter => {
+                    let op = ConvBackwardFilter {
+                        conv: &p.conv,
+                        x: &p.x,
+                        dw: &p.w,
+                        dy: &p.y,
+                    };
+                    // SAFETY: x (a), dw (grad) and dy (b) are contiguous f32 of the
+                    // descriptors' dims (views(), the dims checked above, the allocation).
+                    unsafe {
+                        op.launch(p.backward_filter, workspace, (1.0, 0.0), &a, &mut grad, &b)
+                    }
+                }
+            }
+            .map_err(cudnn_err)
         })?;
         Ok((
-            CudaStorage::wrap_cuda_slice(dx, dev.clone()),
-            self.x.clone(),
-        ))
-    }
-}
-
-/// dw from (x, dy).
-struct BackwardFilter<'a> {
-    conv: &'a Conv,
-    w: Shape,
-}
-
-impl CustomOp2 for BackwardFilter<'_> {
-    fn name(&self) -> &'static str {
-        "loaderlab-cudnn-conv2d-backward-filter"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        Err(cudnn_err("cuDNN runs on CUDA only"))
-    }
-
-    fn cuda_fwd(
-        &self,
-        xs: &CudaStorage,
-        xl: &Layout,
-        gs: &CudaStorage,
-        gl: &Layout,
-    ) -> Result<(CudaStorage, Shape)> {
-        let ((x, xd), (dy, dyd)) = views(xs, xl, gs, gl)?;
-        let key = self.conv.key(xd, four(&self.w)?)?;
-        if key.y() != dyd {
-            return Err(cudnn_err(format!(
-                "gradient {dyd:?}, expected {:?}",
-                key.y()
-            )));
-        }
-        let dev = &xs.device;
-        // SAFETY: backward-filter writes every element of dw (beta = 0).
-        let mut dw = unsafe { dev.alloc::<f32>(self.w.elem_count()) }?;
-        with_plan(dev, key, |p, workspace| {
-            let op = ConvBackwardFilter {
-                conv: &p.conv,
-                x: &p.x,
-                dw: &p.w,
-                dy: &p.y,
-            };
-            // SAFETY: x, dw and dy are contiguous f32 of the descriptors' dims (checked above).
-            unsafe { op.launch(p.backward_filter, workspace, (1.0, 0.0), &x, &mut dw, &dy) }
-                .map_err(cudnn_err)
-        })?;
-        Ok((
-            CudaStorage::wrap_cuda_slice(dw, dev.clone()),
-            self.w.clone(),
+            CudaStorage::wrap_cuda_slice(grad, dev.clone()),
+            self.out.clone(),
         ))
     }
 }
