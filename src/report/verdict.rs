@@ -129,7 +129,7 @@ fn framework(out: &mut String, a: &Analysis) {
         let _ = write!(
             out,
             " This trainer's step took {} ms on the device against {} ms for the same step in \
-             your framework (`[report] framework_step_ms`, {} of it): the ceiling and the \
+             your framework (`[report] framework_step_ms`; {} as long): the ceiling and the \
              verdicts stand for your job's.",
             ms(f.ours_ms),
             ms(f.framework_ms),

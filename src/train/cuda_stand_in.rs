@@ -38,7 +38,8 @@ pub struct CudaStandIn {
 }
 
 impl CudaStandIn {
-    /// Compile, load and check the kernel on `device` for steps of `step_ms`.
+    /// Load (from the PTX built with the crate) and check the kernel on `device` for steps of
+    /// `step_ms`.
     pub fn new(device: &Device, step_ms: f64) -> Result<CudaStandIn> {
         let Device::Cuda(dev) = device else {
             return Err(cuda_err("not a CUDA device"));
