@@ -275,7 +275,7 @@ fn report_md_snapshot() {
     let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
     insta::assert_snapshot!(md);
     // And the folder verifies.
-    let checks = loaderlab::verify::verify(dir.path());
+    let checks = loaderlab::commands::verify::verify(dir.path());
     assert!(checks.iter().all(|c| c.ok), "{checks:?}");
 }
 

@@ -266,7 +266,7 @@ fn corrupt_images_fail_naming_the_file_or_are_skipped_and_counted() {
         assert_eq!(batch.shape, ImageShape::new(3, 28, 28));
     }
     assert_eq!(
-        skip.skipped(),
+        skip.storage().skipped(),
         2,
         "1.jpg and 3.jpg were served as the next image"
     );
@@ -475,7 +475,10 @@ fn decoding_only_the_crop_changes_no_batch() {
             assert_eq!(buf.len(), 3 * b.height * b.width);
             assert!(b.height < 90 || b.width < 121, "{b:?}");
         }
-        let whole: Arc<dyn Dataset> = Arc::new(data::WholeImages(Arc::clone(&encoded)));
+        let whole: Arc<dyn Dataset> = Arc::new(data::Adapted {
+            inner: Arc::clone(&encoded),
+            adapt: data::WholeImages,
+        });
         // `dataset.roi_decode = false` reads whole images.
         let mut s = Settings::default();
         s.dataset.kind = DatasetKind::Synthetic;

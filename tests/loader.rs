@@ -9,13 +9,39 @@ use loaderlab::data::{Dataset, ImageShape, Synthetic};
 use loaderlab::loader::{Loader, LoaderConfig, LoaderError, Shard};
 use loaderlab::transforms::Pipeline;
 
-/// A dataset whose image `bad` cannot be read and whose image 0 takes `slow_first` to read;
-/// it counts the images read.
+/// A dataset whose image `bad` cannot be read and whose image 0 is read only once `first` is
+/// open; it counts the images read.
 struct Faulty {
     inner: Synthetic,
     bad: usize,
-    slow_first: Duration,
+    first: Gate,
     read: std::sync::atomic::AtomicUsize,
+}
+
+/// A gate a reader waits at until the test opens it (no clock decides the order).
+#[derive(Default)]
+struct Gate {
+    closed: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl Gate {
+    fn closed() -> Gate {
+        Gate {
+            closed: std::sync::Mutex::new(true),
+            opened: Default::default(),
+        }
+    }
+    fn wait(&self) {
+        let mut closed = self.closed.lock().unwrap();
+        while *closed {
+            closed = self.opened.wait(closed).unwrap();
+        }
+    }
+    fn open(&self) {
+        *self.closed.lock().unwrap() = false;
+        self.opened.notify_all();
+    }
 }
 
 impl Faulty {
@@ -23,7 +49,7 @@ impl Faulty {
         Faulty {
             inner,
             bad,
-            slow_first: Duration::ZERO,
+            first: Gate::default(),
             read: Default::default(),
         }
     }
@@ -42,7 +68,7 @@ impl Dataset for Faulty {
     fn image_into(&self, index: usize, buf: &mut [u8]) {
         assert!(index != self.bad, "image {index} is unreadable");
         if index == 0 {
-            std::thread::sleep(self.slow_first);
+            self.first.wait();
         }
         self.inner.image_into(index, buf);
         self.read.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -125,7 +151,7 @@ fn dropping_a_busy_loader_returns_promptly() {
 
 #[test]
 fn independent_builders_report_a_panic_instead_of_hanging() {
-    use loaderlab::bench::independent_rate;
+    use loaderlab::commands::bench::independent_rate;
     let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, ImageShape::GREY_28));
     // With a consumer woken per batch, too: a builder that stops must not leave it waiting.
     for consumer in [false, true] {
@@ -174,18 +200,24 @@ fn a_panic_with_no_workers_is_the_same_clear_error_naming_the_batch() {
 
 #[test]
 fn a_slow_batch_does_not_stop_the_other_workers() {
-    // 2 workers, 2 buffers each: while one worker spends 1 s on the first image of batch 0,
-    // the other fills every other buffer (batches 1, 2 and 3: 24 images). Round robin (batch
-    // k to worker k mod 2) let it build only its own two, 1 and 3, and then wait (16 images).
+    // 2 workers, 2 buffers each: while one worker is held at the first image of batch 0, the
+    // other fills every other buffer (batches 1, 2 and 3: 24 images) and then has none left.
+    // Round robin (batch k to worker k mod 2) let it build only its own two, 1 and 3, and
+    // then wait (16 images, never 24: the wait below runs out).
     let dataset = Arc::new(Faulty {
-        slow_first: Duration::from_millis(1000),
+        first: Gate::closed(),
         ..Faulty::new(Synthetic::new(256, 10, 3), usize::MAX)
     });
     let pipeline = Arc::new(Pipeline::new(&seed_transforms(), 3, ImageShape::GREY_28));
     let mut loader = Loader::new(dataset.clone(), pipeline, config(2)).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let read = dataset.read.load(std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(read, 3 * 8, "images read while batch 0 was slow: {read}");
+    let images_read = || dataset.read.load(std::sync::atomic::Ordering::SeqCst);
+    let started = Instant::now();
+    while images_read() < 3 * 8 && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Every buffer is full, so the count cannot pass 24 while batch 0 is held.
+    assert_eq!(images_read(), 3 * 8, "images read while batch 0 was held");
+    dataset.first.open();
     assert_eq!(loader.next_batch().unwrap().index, 0);
     // Delivery stays in order and the content does not depend on who built what.
     let mut reference = Loader::new(

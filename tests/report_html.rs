@@ -190,11 +190,7 @@ fn chromium() -> Option<PathBuf> {
             ok.then(|| PathBuf::from(name))
         });
     if found.is_none() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but no chromium: .ci/run installs Debian's chromium for this test"
-        );
-        eprintln!("SKIPPED: no chromium on PATH (.ci/run installs it; the CI runs this test)");
+        common::skip("no chromium on PATH (.ci/run installs Debian's chromium for this test)");
     }
     found
 }
