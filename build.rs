@@ -68,7 +68,7 @@ fn link_cudart_statically() {
     println!("cargo:rustc-link-search=native={dir}");
 }
 
-/// loaderlab's own CUDA kernels (`src/train/kernels/*.cu`), built like candle's: nvcc to PTX
+/// loaderlab's own CUDA kernels (`src/train/cuda/kernels/*.cu`), built like candle's: nvcc to PTX
 /// for `compute_$CUDA_COMPUTE_CAP` without fused multiply-adds (the driver compiles it for the GPU at load time), then
 /// assembled by ptxas for `sm_$CUDA_COMPUTE_CAP` as a check, so a kernel that does not assemble
 /// fails the build (and CI's CUDA clippy) rather than the first lent GPU. The PTX lands in
@@ -82,7 +82,7 @@ fn build_kernels() {
         Ok(home) => Path::new(&home).join("bin").join(name),
         Err(_) => name.into(),
     };
-    let dir = Path::new(&root).join("src/train/kernels");
+    let dir = Path::new(&root).join("src/train/cuda/kernels");
     let mut sources: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))

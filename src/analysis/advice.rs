@@ -11,9 +11,9 @@ use super::profile::ProfileSummary;
 use super::{ConditionSummary, InputBound, median};
 use crate::config::Settings;
 use crate::plan::PlanCondition;
-use crate::results::{ComputeDevice, HeadroomRecord, RunMeta};
+use crate::results::{ComputeDevice, ConditionMeta, HeadroomRecord, RunMeta};
 use crate::spans;
-use crate::train::CoreBudget;
+use crate::train::{WorkerCap, asleep_share};
 
 /// The throughput if data were free, from a condition's headroom run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -77,12 +77,14 @@ pub struct WorkerPrediction {
     pub workers_exact: f64,
     /// 0 when loading on the training thread would wait under the `moderately` threshold
     /// (about workers_exact / (1 + workers_exact) of the step), else ⌈workers_exact⌉, within
-    /// `cap` when there is one.
+    /// `cap`.
     pub workers: u64,
-    /// On the CPU: the cores left beside the training step's compute threads (at least 1);
-    /// more workers than this compete with training. With several ranks: the node's cores
-    /// over the ranks (the workers per rank, since every rank has its own). None on a GPU.
-    pub cap: Option<u64>,
+    /// The most workers worth running per rank (`cap_rule.workers()`): more than this compete
+    /// with training or with each other for the cores.
+    pub cap: u64,
+    /// The rule and the inputs `cap` came from (the one rule `tune`'s bounds use too).
+    #[serde(default)]
+    pub cap_rule: WorkerCap,
     /// The prediction was cut to `cap`.
     pub capped: bool,
     /// Every condition that differs from `from` only in the worker count, by worker count.
@@ -153,11 +155,8 @@ pub fn predict(
     }
     let moderately = summary.judgement.thresholds.moderately_input_bound;
     let cm = meta.condition(&from.name)?;
-    let queued = cm.compute_device == ComputeDevice::StandIn;
+    let queued = cm.compute_device == ComputeDevice::Emulated;
     let (workers_exact, wanted) = workers_wanted(loader_ms_per_batch, step_ms, moderately, queued);
-    let cores = CoreBudget {
-        cores: meta.environment.cores,
-    };
     // The share of the loader's time spent waiting for (emulated) storage: asleep, holding no
     // core, so that many more workers fit the cores.
     let storage_share = profile
@@ -166,21 +165,14 @@ pub fn predict(
         .find(|s| s.stage == spans::STORAGE)
         .map_or(0.0, |s| s.share.clamp(0.0, 1.0));
     let off_cpu_share = profile.build_split.map_or(0.0, |b| b.off_cpu);
-    let asleep = asleep_share(storage_share, off_cpu_share);
-    // Several ranks share the node's cores, each rank's workers a share of them (the ranks'
-    // own threads only enqueue on emulated devices); one CPU training step keeps its compute
-    // threads' cores.
-    let ranks = from.config.distributed.ranks.max(1);
-    let cap = if ranks > 1 {
-        Some(beyond_the_cores(
-            (cores.cores as u64 / ranks).max(1),
-            asleep,
-        ))
-    } else {
-        (cm.compute_device == ComputeDevice::Cpu)
-            .then(|| beyond_the_cores(cores.left_beside(cm.cpu_threads as u64), asleep))
-    };
-    let workers = cap.map_or(wanted, |c| wanted.min(c));
+    let cap_rule = worker_cap(
+        meta.environment.cores,
+        from.config.distributed.ranks,
+        cm,
+        asleep_share(storage_share, off_cpu_share),
+    );
+    let cap = cap_rule.workers();
+    let workers = wanted.min(cap);
     let mut measured: Vec<PredictionCheck> = family
         .iter()
         .filter_map(|c| {
@@ -202,22 +194,13 @@ pub fn predict(
         workers_exact,
         workers,
         cap,
+        cap_rule,
         capped: workers < wanted,
         measured,
         confirmed,
         storage_share,
         off_cpu_share,
         queued,
-    })
-}
-
-/// The share of the loader's time it sleeps, which stretches the cores: its wait for emulated
-/// storage, or the build's time off the CPU where that is larger and beyond noise (5 %).
-pub fn asleep_share(storage_share: f64, off_cpu_share: f64) -> f64 {
-    storage_share.max(if off_cpu_share > 0.05 {
-        off_cpu_share
-    } else {
-        0.0
     })
 }
 
@@ -228,11 +211,20 @@ impl WorkerPrediction {
     }
 }
 
-/// The workers `cores` can run when each waits `storage_share` of its time (asleep): the
-/// cores over the share each worker computes (at most 20 per core: a worker that seems to
-/// compute nothing still has a decode to do).
-pub fn beyond_the_cores(cores: u64, storage_share: f64) -> u64 {
-    ((cores as f64) / (1.0 - storage_share.clamp(0.0, 0.95))).floor() as u64
+/// The worker cap of a condition that ran as `cm` says, on a node of `cores` cores with
+/// `ranks` ranks, its loader asleep `asleep` of its time: a CPU step keeps its compute threads'
+/// cores, a step on a device (CUDA, the emulated device) holds none.
+pub fn worker_cap(cores: usize, ranks: u64, cm: &ConditionMeta, asleep: f64) -> WorkerCap {
+    WorkerCap {
+        cores,
+        ranks,
+        step_threads: if cm.compute_device.holds_cores() {
+            cm.cpu_threads as u64
+        } else {
+            0
+        },
+        asleep_share: asleep,
+    }
 }
 
 /// Workers ≈ loader time per batch ÷ step time without waiting: the exact ratio, and the count
@@ -322,7 +314,15 @@ mod tests {
         assert_eq!(asleep_share(0.0, 0.03), 0.0, "noise");
         assert_eq!(asleep_share(0.0, 0.5), 0.5);
         assert_eq!(asleep_share(0.8, 0.5), 0.8);
-        assert_eq!(beyond_the_cores(2, asleep_share(0.0, 0.5)), 4);
+        let cap = |asleep_share| WorkerCap {
+            cores: 2,
+            ranks: 1,
+            step_threads: 0,
+            asleep_share,
+        };
+        assert_eq!(cap(asleep_share(0.0, 0.5)).workers(), 4);
+        assert_eq!(cap(0.0).workers(), 2);
+        assert_eq!(cap(0.99).workers(), 40, "at most 20 per core");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use polars::prelude::*;
 use super::stats::median;
 use super::{AnalysisError, Determinism, ORDER_NOISE_FLOOR, OrderEffect, RunSummary};
 use crate::plan::Plan;
+use crate::results::column;
 use crate::results::{ComputeDevice, Raw, i64s, strs};
 
 /// Where device busy time came from: CUDA events, the emulated device's own schedule, or
@@ -15,7 +16,7 @@ use crate::results::{ComputeDevice, Raw, i64s, strs};
 pub(super) fn device_clock(raw: &Raw, condition: &str) -> String {
     match raw.meta.condition(condition).map(|c| c.compute_device) {
         Some(ComputeDevice::Cuda) => "CUDA events".into(),
-        Some(ComputeDevice::StandIn) => "the emulated device's own schedule".into(),
+        Some(ComputeDevice::Emulated) => "the emulated device's own schedule".into(),
         _ => "host timers (CPU)".into(),
     }
 }
@@ -66,11 +67,11 @@ pub(super) fn determinism(
     complete: &[i64],
     plan: &Plan,
 ) -> Result<Determinism, AnalysisError> {
-    let runs = i64s(steps, "run")?;
-    let conds = strs(steps, "condition")?;
-    let fps = strs(steps, "fingerprint")?;
-    let step_no = i64s(steps, "step")?;
-    let rank = i64s(steps, "rank")?;
+    let runs = i64s(steps, column::RUN)?;
+    let conds = strs(steps, column::CONDITION)?;
+    let fps = strs(steps, column::FINGERPRINT)?;
+    let step_no = i64s(steps, column::STEP)?;
+    let rank = i64s(steps, column::RANK)?;
     // Each run's fingerprints by step, then rank (each rank's share of the epoch differs).
     type Sequence = Vec<(i64, i64, String)>;
     let mut seq: BTreeMap<i64, (String, Sequence)> = BTreeMap::new();

@@ -17,8 +17,8 @@ mod steps;
 mod tables;
 
 pub use advice::{
-    Headroom, PredictionCheck, WorkerPrediction, asleep_share, beyond_the_cores, same_but_workers,
-    wait_bound,
+    Headroom, PredictionCheck, WorkerPrediction, same_but_workers, wait_bound, worker_cap,
+    workers_wanted,
 };
 pub use judge::{ClassifiedBy, InputBound, Judgement, LoaderVerdict, Thresholds};
 pub use profile::{BuildSplit, ProfileSummary, SpanRow, StageCost};
@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::format::rate;
 use crate::plan::PlanCondition;
+use crate::results::column;
 use crate::results::{Raw, ResultsError, bools, f64s, i64s, strs};
 use steps::{stat_columns, step_stats};
 
@@ -323,8 +324,8 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
         |name| raw.meta.condition(name).and_then(|c| c.model.clone()),
         raw.plan.experiment.seed,
     );
-    let base_stand_in = (raw.plan.conditions.iter())
-        .any(|p| p.name == baseline && p.config.model.kind == crate::config::ModelKind::StandIn);
+    let base_stand_in =
+        (raw.plan.conditions.iter()).any(|p| p.name == baseline && p.config.model.is_stand_in());
     let framework = FrameworkStep::of(
         raw.plan.report().framework_step_ms,
         conditions.iter().find(|c| c.condition == baseline),
@@ -366,7 +367,7 @@ pub fn idle_fraction(busy_ms: f64, window_ms: f64) -> f64 {
 /// One summary per row of runs.csv, with its steps' statistics.
 fn run_summaries(raw: &Raw, warnings: &mut Vec<String>) -> Result<Vec<RunSummary>, AnalysisError> {
     let per_run = step_stats(raw.steps.clone(), "run")?;
-    let stat_index: HashMap<i64, usize> = i64s(&per_run, "run")?
+    let stat_index: HashMap<i64, usize> = i64s(&per_run, column::RUN)?
         .into_iter()
         .enumerate()
         .map(|(i, r)| (r, i))
@@ -379,22 +380,22 @@ fn run_summaries(raw: &Raw, warnings: &mut Vec<String>) -> Result<Vec<RunSummary
             .conditions
             .iter()
             .find(|c| c.name == condition)
-            .map_or(1, |c| c.config.distributed.ranks.max(1)) as f64
+            .map_or(1, |c| c.config.distributed.ranks) as f64
     };
     let r = &raw.runs;
     let (run_ids, conditions, rounds, positions, workers) = (
-        i64s(r, "run")?,
-        strs(r, "condition")?,
-        i64s(r, "round")?,
-        i64s(r, "position")?,
-        i64s(r, "workers")?,
+        i64s(r, column::RUN)?,
+        strs(r, column::CONDITION)?,
+        i64s(r, column::ROUND)?,
+        i64s(r, column::POSITION)?,
+        i64s(r, column::WORKERS)?,
     );
     let (startup, elapsed, images, ips, interrupted) = (
-        f64s(r, "startup_ms")?,
-        f64s(r, "elapsed_s")?,
-        i64s(r, "images")?,
-        f64s(r, "img_per_s")?,
-        bools(r, "interrupted")?,
+        f64s(r, column::STARTUP_MS)?,
+        f64s(r, column::ELAPSED_S)?,
+        i64s(r, column::IMAGES)?,
+        f64s(r, column::IMG_PER_S)?,
+        bools(r, column::INTERRUPTED)?,
     );
     let used: Vec<Vec<f64>> = crate::results::RUN_RESOURCE_COLUMNS
         .iter()
@@ -455,18 +456,18 @@ fn condition_summaries(
 ) -> Result<Vec<ConditionSummary>, AnalysisError> {
     let seed = raw.plan.experiment.seed;
     let complete_ids: Vec<i64> = complete.iter().map(|r| r.run).collect();
-    let mask: BooleanChunked = i64s(&raw.steps, "run")?
+    let mask: BooleanChunked = i64s(&raw.steps, column::RUN)?
         .iter()
         .map(|r| complete_ids.contains(r))
         .collect();
     let timed_steps = raw.steps.filter(&mask)?;
     let (step_conditions, step_compute) = (
-        strs(&timed_steps, "condition")?,
-        f64s(&timed_steps, "compute_ms")?,
+        strs(&timed_steps, column::CONDITION)?,
+        f64s(&timed_steps, column::COMPUTE_MS)?,
     );
     let rank_steps = rank_steps(&timed_steps)?;
     let pooled = step_stats(timed_steps, "condition")?;
-    let pooled_names = strs(&pooled, "condition")?;
+    let pooled_names = strs(&pooled, column::CONDITION)?;
     let pooled_cols = stat_columns(&pooled)?;
     let of = |name: &str| -> Vec<&RunSummary> {
         complete
@@ -535,7 +536,7 @@ fn condition_summaries(
             resources: Some(resources::of(
                 &mine,
                 &of_condition(&step_compute, &step_conditions, &c.name),
-                meta.filter(|m| m.compute_device != crate::results::ComputeDevice::StandIn)
+                meta.filter(|m| m.compute_device != crate::results::ComputeDevice::Emulated)
                     .and_then(|m| m.headroom.as_ref())
                     .map(|h| &h.step_ms[..]),
                 seed ^ 0x1f1a ^ ci as u64,
@@ -569,7 +570,7 @@ fn node_headroom(
     img_per_s: f64,
     config: &crate::config::Settings,
 ) -> Option<Headroom> {
-    let ranks = config.distributed.ranks.max(1) as f64;
+    let ranks = config.distributed.ranks as f64;
     Headroom::from_record(h, img_per_s / ranks).map(|h| Headroom {
         img_per_s: h.img_per_s * ranks,
         ..h
@@ -579,12 +580,12 @@ fn node_headroom(
 /// Every step's rank figures, in the frame's order.
 fn rank_steps(steps: &DataFrame) -> Result<Vec<ranks::RankStep>, AnalysisError> {
     let (run, rank, wait, step, sync, device) = (
-        i64s(steps, "run")?,
-        i64s(steps, "rank")?,
-        f64s(steps, "batch_wait_ms")?,
-        f64s(steps, "step_ms")?,
-        f64s(steps, "sync_ms")?,
-        f64s(steps, "device_ms")?,
+        i64s(steps, column::RUN)?,
+        i64s(steps, column::RANK)?,
+        f64s(steps, column::BATCH_WAIT_MS)?,
+        f64s(steps, column::STEP_MS)?,
+        f64s(steps, column::SYNC_MS)?,
+        f64s(steps, column::DEVICE_MS)?,
     );
     Ok((0..rank.len())
         .map(|i| ranks::RankStep {

@@ -189,9 +189,12 @@ pub(super) fn profile_summaries(raw: &Raw) -> Vec<ProfileSummary> {
 
 fn summarise_trace(path: &Path) -> Result<(f64, Vec<SpanRow>), AnalysisError> {
     let (mut spans, names) = read_trace(path)?;
-    spans.retain(|s| s.1 != trace::GPU_CLOCK_ANCHOR);
+    spans.retain(|s| s.name != trace::GPU_CLOCK_ANCHOR);
     // The training thread is the one with batch_wait spans; the GPU track is named.
-    let main = spans.iter().find(|s| s.1 == trace::BATCH_WAIT).map(|s| s.0);
+    let main = spans
+        .iter()
+        .find(|s| s.name == trace::BATCH_WAIT)
+        .map(|s| s.tid);
     let gpu = names
         .iter()
         .find(|(_, n)| trace::DEVICE_TRACKS.contains(&n.as_str()));
@@ -206,11 +209,14 @@ fn summarise_trace(path: &Path) -> Result<(f64, Vec<SpanRow>), AnalysisError> {
             1
         }
     };
-    let on_main: Vec<&Span> = spans.iter().filter(|s| Some(s.0) == main).collect();
-    let start = on_main.iter().map(|s| s.2).fold(f64::INFINITY, f64::min);
+    let on_main: Vec<&Span> = spans.iter().filter(|s| Some(s.tid) == main).collect();
+    let start = on_main
+        .iter()
+        .map(|s| s.start_us)
+        .fold(f64::INFINITY, f64::min);
     let end = on_main
         .iter()
-        .map(|s| s.3)
+        .map(|s| s.end_us)
         .fold(f64::NEG_INFINITY, f64::max);
     let window_ms = if end > start {
         (end - start) / 1e3
@@ -223,16 +229,16 @@ fn summarise_trace(path: &Path) -> Result<(f64, Vec<SpanRow>), AnalysisError> {
         .enumerate()
     {
         let mut names: Vec<&str> = Vec::new();
-        for s in spans.iter().filter(|s| track_of(s.0) == t) {
-            if !names.contains(&s.1.as_str()) {
-                names.push(&s.1);
+        for s in spans.iter().filter(|s| track_of(s.tid) == t) {
+            if !names.contains(&s.name.as_str()) {
+                names.push(&s.name);
             }
         }
         for name in names {
             let durations: Vec<f64> = spans
                 .iter()
-                .filter(|s| track_of(s.0) == t && s.1 == name)
-                .map(|s| (s.3 - s.2) / 1e3)
+                .filter(|s| track_of(s.tid) == t && s.name == name)
+                .map(Span::duration_ms)
                 .collect();
             let total: f64 = durations.iter().sum();
             rows.push(SpanRow {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use polars::prelude::*;
 
 use super::AnalysisError;
+use crate::results::column;
 use crate::results::f64s;
 
 /// The step statistics computed per run and per condition, by column name.
@@ -26,18 +27,18 @@ pub(super) fn step_stats(steps: DataFrame, key: &str) -> Result<DataFrame, Analy
         .lazy()
         .group_by([col(key)])
         .agg([
-            col("step").count().alias("steps"),
-            col("batch_wait_ms").median().alias(STAT_COLUMNS[0]),
-            col("batch_wait_ms")
+            col(column::STEP).count().alias("steps"),
+            col(column::BATCH_WAIT_MS).median().alias(STAT_COLUMNS[0]),
+            col(column::BATCH_WAIT_MS)
                 .quantile(lit(0.95), QuantileMethod::Linear)
                 .alias(STAT_COLUMNS[1]),
-            col("batch_wait_ms").max().alias(STAT_COLUMNS[2]),
-            col("h2d_ms").median().alias(STAT_COLUMNS[3]),
-            col("compute_ms").median().alias(STAT_COLUMNS[4]),
-            col("step_ms").median().alias(STAT_COLUMNS[5]),
-            (col("batch_wait_ms").sum() / col("step_ms").sum()).alias(STAT_COLUMNS[6]),
-            col("device_ms").sum().alias(STAT_COLUMNS[7]),
-            col("device_ms").median().alias(STAT_COLUMNS[8]),
+            col(column::BATCH_WAIT_MS).max().alias(STAT_COLUMNS[2]),
+            col(column::H2D_MS).median().alias(STAT_COLUMNS[3]),
+            col(column::COMPUTE_MS).median().alias(STAT_COLUMNS[4]),
+            col(column::STEP_MS).median().alias(STAT_COLUMNS[5]),
+            (col(column::BATCH_WAIT_MS).sum() / col(column::STEP_MS).sum()).alias(STAT_COLUMNS[6]),
+            col(column::DEVICE_MS).sum().alias(STAT_COLUMNS[7]),
+            col(column::DEVICE_MS).median().alias(STAT_COLUMNS[8]),
         ])
         .sort([key], Default::default())
         .collect()?)

@@ -2,62 +2,12 @@
 //! every epoch and its own (stand-in) device, meeting at a barrier after every step — the
 //! section's settings, their per-rank overrides and their checks, in one place.
 
-use serde::{Deserialize, Serialize};
-
 use super::problem::KeyPath;
-use super::schema::{DeviceKind, ModelKind, Settings, StorageSection};
+use super::schema::{DeviceKind, RankOverride, Settings, StorageSection};
 use crate::transforms::ops::{CpuWorkSpec, TransformSpec};
 
 /// The most ranks one experiment emulates (a node of 64 GPUs is beyond any machine sold).
 pub const MAX_RANKS: u64 = 64;
-
-/// `[distributed]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DistributedSection {
-    /// Ranks on the node, one loader and one device each (1: a single process, as without the
-    /// section).
-    pub ranks: u64,
-    /// Device time added to every step for the gradient all-reduce, ms.
-    pub allreduce_ms: f64,
-    /// `[[distributed.rank]]`: what one rank does differently (a planted straggler).
-    pub rank: Vec<RankOverride>,
-}
-
-impl Default for DistributedSection {
-    fn default() -> Self {
-        DistributedSection {
-            ranks: 1,
-            allreduce_ms: 0.0,
-            rank: Vec::new(),
-        }
-    }
-}
-
-/// `[[distributed.rank]]`: one rank's differences from the others.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RankOverride {
-    /// Which rank (0-based).
-    pub rank: u64,
-    /// CPU time burned per image in this rank's loader on top of the transforms, µs (a
-    /// `cpu_work` op appended to its chain; no pixel changes).
-    pub cpu_work_us: f64,
-    /// This rank's storage in place of `[dataset.storage]`, when any of it is set.
-    pub storage: StorageSection,
-}
-
-impl DistributedSection {
-    /// The override of rank `r`, if any.
-    pub fn of_rank(&self, r: usize) -> Option<&RankOverride> {
-        self.rank.iter().find(|o| o.rank == r as u64)
-    }
-
-    /// Several ranks, each its own loader and device.
-    pub fn several(&self) -> bool {
-        self.ranks > 1
-    }
-}
 
 impl RankOverride {
     /// The rank's transform chain: the condition's, with its `cpu_work` appended.
@@ -104,7 +54,7 @@ pub fn check(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
         DeviceKind::Auto => !cfg!(feature = "cuda"),
         DeviceKind::Cuda => false,
     };
-    if d.several() && s.model.kind != ModelKind::StandIn && on_cpu {
+    if d.several() && !s.model.is_stand_in() && on_cpu {
         out.push((
             key("ranks"),
             format!(
@@ -117,7 +67,7 @@ pub fn check(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             ),
         ));
     }
-    if d.allreduce_ms > 0.0 && s.model.kind != ModelKind::StandIn {
+    if d.allreduce_ms > 0.0 && !s.model.is_stand_in() {
         out.push((
             key("allreduce_ms"),
             "the all-reduce time is added to the stand-in step's device time: it needs \
@@ -160,7 +110,22 @@ pub fn check(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
                 ),
             ));
         }
-        super::validate::storage_ranges(&o.storage, &at("storage"), out);
+        storage_ranges(&o.storage, &at("storage"), out);
+    }
+}
+
+/// A `[dataset.storage]` table's ranges (the dataset's, or a rank's at `at`).
+pub(super) fn storage_ranges(st: &StorageSection, at: &KeyPath, out: &mut Vec<(KeyPath, String)>) {
+    for (name, v) in [
+        ("latency_ms", st.latency_ms),
+        ("bandwidth_mb_s", st.bandwidth_mb_s),
+    ] {
+        if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
+            out.push((
+                at.key(name),
+                format!("expected a number from 0 (off) to 1e6, found {v}"),
+            ));
+        }
     }
 }
 

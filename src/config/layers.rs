@@ -4,8 +4,8 @@
 use toml::Value;
 
 use super::locate::{Context, Source};
-use super::problem::{KeyPath, Seg, did_you_mean};
-use super::raw::check_value;
+use super::problem::{KeyPath, Seg};
+use super::raw::{check_value, unknown_key_message};
 
 /// A value as TOML would read it after `key = `; a bare word is taken as a string, so
 /// `--set device.kind=cpu` works without quotes.
@@ -64,16 +64,6 @@ pub(super) fn schema_node(cx: &Context, setting: &KeyPath) -> Result<Value, (Key
         }
     }
     Ok(node.clone())
-}
-
-pub(super) fn unknown_key_message(key: &str, known: &toml::Table) -> String {
-    let list: Vec<&str> = known.keys().map(String::as_str).collect();
-    let mut message = "unknown key".to_string();
-    if let Some(s) = did_you_mean(key, list.iter().copied()) {
-        message.push_str(&format!(" (did you mean `{s}`?)"));
-    }
-    message.push_str(&format!("; known keys here: {}", list.join(", ")));
-    message
 }
 
 /// Check an environment or `--set` override; true when it is usable.

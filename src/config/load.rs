@@ -27,18 +27,6 @@ use super::validate::{check_experiment_wide, check_settings};
 /// Prefix of the environment variables that override settings: `LOADERLAB_LOADER__WORKERS=4`.
 pub const ENV_PREFIX: &str = "LOADERLAB_";
 
-/// Sections whose settings may differ between the conditions of one experiment; the others
-/// (experiment, protocol, report) describe the experiment as a whole.
-pub(super) const PER_CONDITION_SECTIONS: [&str; 7] = [
-    "dataset",
-    "transforms",
-    "loader",
-    "model",
-    "optimizer",
-    "device",
-    "distributed",
-];
-
 /// Overrides from outside the file.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {

@@ -6,10 +6,21 @@ use std::collections::HashSet;
 use toml::Value;
 
 use super::layers::schema_node;
-use super::load::PER_CONDITION_SECTIONS;
 use super::locate::{Context, Source};
 use super::problem::{KeyPath, Seg};
 use super::raw::{check_value, describe};
+
+/// Sections whose settings may differ between the conditions of one experiment; the others
+/// (experiment, protocol, report) describe the experiment as a whole.
+pub(super) const PER_CONDITION_SECTIONS: [&str; 7] = [
+    "dataset",
+    "transforms",
+    "loader",
+    "model",
+    "optimizer",
+    "device",
+    "distributed",
+];
 
 /// One overridden setting of one condition.
 #[derive(Debug, Clone)]

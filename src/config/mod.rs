@@ -9,6 +9,7 @@ mod layers;
 mod load;
 mod locate;
 mod matrix;
+mod model;
 mod problem;
 mod raw;
 mod resolved;

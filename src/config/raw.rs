@@ -4,7 +4,6 @@
 use toml::Value;
 
 use super::choice::choices;
-use super::layers::unknown_key_message;
 use super::locate::{Context, Source};
 use super::problem::{KeyPath, Seg, did_you_mean};
 use super::schema::{TransformSpec, is_pair};
@@ -283,4 +282,15 @@ fn transform_spec(
             None
         }
     }
+}
+
+/// The message for a key the schema does not know here, with the nearest known key.
+pub(super) fn unknown_key_message(key: &str, known: &toml::Table) -> String {
+    let list: Vec<&str> = known.keys().map(String::as_str).collect();
+    let mut message = "unknown key".to_string();
+    if let Some(s) = did_you_mean(key, list.iter().copied()) {
+        message.push_str(&format!(" (did you mean `{s}`?)"));
+    }
+    message.push_str(&format!("; known keys here: {}", list.join(", ")));
+    message
 }

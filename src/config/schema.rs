@@ -10,8 +10,6 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use super::distributed::{DistributedSection, RankOverride};
-use crate::net::Architecture;
 pub use crate::net::Stem;
 pub use crate::transforms::ops::{
     CenterCropSpec, ColorJitterSpec, CpuWorkSpec, GrayscaleSpec, NormalizeSpec, PaddingMode,
@@ -351,68 +349,6 @@ impl Default for ModelSection {
     }
 }
 
-impl ModelSection {
-    /// The keys `kind` reads.
-    pub fn keys_of(kind: ModelKind) -> &'static [&'static str] {
-        match kind {
-            ModelKind::SmallCnn => &["width"],
-            ModelKind::Cnn => &["channels", "kernel", "hidden"],
-            ModelKind::Resnet => &["depth", "width", "stem"],
-            ModelKind::Mlp => &["hidden"],
-            ModelKind::StandIn => &["step_ms"],
-        }
-    }
-
-    /// Keys set away from their defaults that `kind` does not read.
-    pub fn foreign_keys(&self) -> Vec<&'static str> {
-        let d = ModelSection::default();
-        let set = [
-            ("width", self.width != d.width),
-            ("channels", self.channels != d.channels),
-            ("kernel", self.kernel != d.kernel),
-            ("hidden", self.hidden != d.hidden),
-            ("depth", self.depth != d.depth),
-            ("stem", self.stem != d.stem),
-            ("step_ms", self.step_ms != d.step_ms),
-        ];
-        let own = Self::keys_of(self.kind);
-        set.iter()
-            .filter(|(k, changed)| *changed && !own.contains(k))
-            .map(|(k, _)| *k)
-            .collect()
-    }
-
-    /// The stand-in step's device time, when this is one.
-    pub fn stand_in_ms(&self) -> Option<f64> {
-        (self.kind == ModelKind::StandIn).then_some(self.step_ms)
-    }
-
-    /// The network these settings describe (none for the stand-in step).
-    pub fn architecture(&self) -> Option<Architecture> {
-        let list = |v: &[u64]| v.iter().map(|&c| c as usize).collect::<Vec<_>>();
-        let or = |v: u64, default: usize| if v == 0 { default } else { v as usize };
-        Some(match self.kind {
-            ModelKind::SmallCnn => Architecture::SmallCnn {
-                width: or(self.width, 1),
-            },
-            ModelKind::Cnn => Architecture::Cnn {
-                channels: list(&self.channels),
-                kernel: self.kernel as usize,
-                hidden: list(&self.hidden),
-            },
-            ModelKind::Resnet => Architecture::Resnet {
-                depth: self.depth as usize,
-                width: or(self.width, 64),
-                stem: self.stem,
-            },
-            ModelKind::Mlp => Architecture::Mlp {
-                hidden: list(&self.hidden),
-            },
-            ModelKind::StandIn => return None,
-        })
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OptimizerKind {
@@ -612,6 +548,54 @@ impl Default for ReportSection {
 /// Settings whose value is a pair `[low, high]`, by their last key.
 pub fn is_pair(key: &str) -> bool {
     matches!(key, "scale" | "ratio" | "betas")
+}
+
+/// `[distributed]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DistributedSection {
+    /// Ranks on the node, one loader and one device each (1: a single process, as without the
+    /// section).
+    pub ranks: u64,
+    /// Device time added to every step for the gradient all-reduce, ms.
+    pub allreduce_ms: f64,
+    /// `[[distributed.rank]]`: what one rank does differently (a planted straggler).
+    pub rank: Vec<RankOverride>,
+}
+
+impl Default for DistributedSection {
+    fn default() -> Self {
+        DistributedSection {
+            ranks: 1,
+            allreduce_ms: 0.0,
+            rank: Vec::new(),
+        }
+    }
+}
+
+/// `[[distributed.rank]]`: one rank's differences from the others.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RankOverride {
+    /// Which rank (0-based).
+    pub rank: u64,
+    /// CPU time burned per image in this rank's loader on top of the transforms, µs (a
+    /// `cpu_work` op appended to its chain; no pixel changes).
+    pub cpu_work_us: f64,
+    /// This rank's storage in place of `[dataset.storage]`, when any of it is set.
+    pub storage: StorageSection,
+}
+
+impl DistributedSection {
+    /// The override of rank `r`, if any.
+    pub fn of_rank(&self, r: usize) -> Option<&RankOverride> {
+        self.rank.iter().find(|o| o.rank == r as u64)
+    }
+
+    /// Several ranks, each its own loader and device.
+    pub fn several(&self) -> bool {
+        self.ranks > 1
+    }
 }
 
 #[cfg(test)]

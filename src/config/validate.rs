@@ -4,7 +4,7 @@
 use super::problem::KeyPath;
 use super::schema::{
     CacheMode, ColorMode, DatasetKind, Encoding, ExperimentWide, ModelSection, OptimizerKind,
-    OptimizerSection, PageCache, Settings, Split, StorageSection, TransformSpec,
+    OptimizerSection, PageCache, Settings, Split, TransformSpec,
 };
 use crate::net::{self, ModelInput};
 use crate::shape::ImageShape;
@@ -65,24 +65,9 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
     out
 }
 
-/// A `[dataset.storage]` table's ranges (the dataset's, or a rank's at `at`).
-pub(super) fn storage_ranges(st: &StorageSection, at: &KeyPath, out: &mut Vec<(KeyPath, String)>) {
-    for (name, v) in [
-        ("latency_ms", st.latency_ms),
-        ("bandwidth_mb_s", st.bandwidth_mb_s),
-    ] {
-        if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
-            out.push((
-                at.key(name),
-                format!("expected a number from 0 (off) to 1e6, found {v}"),
-            ));
-        }
-    }
-}
-
 /// Where the dataset's files are read from: emulated storage, read-ahead, the page cache.
 fn check_storage(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
-    storage_ranges(
+    super::distributed::storage_ranges(
         &s.dataset.storage,
         &KeyPath::keys(["dataset", "storage"]),
         out,

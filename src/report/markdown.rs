@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use super::charts::CHARTS;
-use super::diagnosis::{headroom, model_scale, profiles, search};
+use super::sections::{headroom, model_scale, profiles, search};
 use super::table::{Align, Table};
 use super::verdict::verdict;
 use crate::analysis::Analysis;
@@ -116,10 +116,7 @@ fn setup(raw: &Raw) -> String {
             ("model", models(raw)),
             (
                 "optimizer",
-                if p.conditions
-                    .iter()
-                    .all(|c| c.config.model.stand_in_ms().is_some())
-                {
+                if p.conditions.iter().all(|c| c.config.model.is_stand_in()) {
                     "none (a stand-in step trains nothing)".to_string()
                 } else {
                     s.optimizer.describe()

@@ -3,12 +3,12 @@
 //! alone (see [`crate::analysis`]), so `loaderlab report <dir>` and the end of a run share it.
 
 pub mod charts;
-mod diagnosis;
 mod headline;
 mod html;
 mod markdown;
 mod node;
 mod resources;
+mod sections;
 mod table;
 mod verdict;
 
@@ -43,7 +43,8 @@ pub fn build(dir: &Path) -> Result<Analysis, AnalysisError> {
     analysis::write_tables(&raw, &analysis)?;
     let formats = raw.plan.report();
     let charts = if formats.charts && !analysis.conditions.is_empty() {
-        let data = charts::ChartData::new(&raw, &analysis).map_err(AnalysisError::Data)?;
+        let data = charts::ChartData::new(&raw, &analysis)
+            .map_err(|m| AnalysisError::Data(m.to_string()))?;
         charts::draw_all(&dir.join(CHARTS_DIR), &formats.formats, &data)
             .map_err(|m| AnalysisError::Data(format!("drawing charts: {m}")))?
     } else {

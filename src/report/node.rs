@@ -110,14 +110,13 @@ pub(super) fn section(a: &Analysis, cores: usize) -> String {
         ));
     }
     if let Some(p) = &a.prediction
-        && let Some(cap) = p.cap
         && a.conditions
             .iter()
             .any(|c| c.condition == p.from && c.node.is_some())
     {
         md.push_str(&format!(
             "**Workers per rank**: {} ({} ms of loader work per batch on one thread over a {} ms \
-             step per rank{}), with the node's {cores} cores shared by the ranks, at most {cap} \
+             step per rank{}), with the node's {cores} cores shared by the ranks, at most {} \
              per rank. See the prediction above for the measured worker counts.\n\n",
             p.workers,
             ms(p.loader_ms_per_batch),
@@ -126,7 +125,8 @@ pub(super) fn section(a: &Analysis, cores: usize) -> String {
                 format!("; {} wanted, cut to the cores", p.workers_exact.ceil())
             } else {
                 String::new()
-            }
+            },
+            p.cap
         ));
     }
     md

@@ -63,16 +63,14 @@ Each condition's headroom run trains \
         let _ = writeln!(
             md,
             "Workers needed ≈ loader time per batch ÷ step time without waiting = {} ms ÷ {} ms = \
-             {} → **{}**{} (loader time: one batch's build on the stage clocks of `{}`'s profiled \
-             run; step time: its headroom run).\n",
+             {} → **{}**, at most {}: {} (loader time: one batch's build on the stage clocks of \
+             `{}`'s profiled run; step time: its headroom run).\n",
             ms(p.loader_ms_per_batch),
             ms(p.step_ms),
             ms(p.workers_exact),
             p.workers,
-            match p.cap {
-                Some(cap) => format!(", at most {cap} beside the compute threads on this CPU"),
-                None => String::new(),
-            },
+            p.cap,
+            p.cap_rule.describe(),
             p.from
         );
     }

@@ -175,36 +175,28 @@ fn judged_by(a: &Analysis, condition: &str) -> ClassifiedBy {
 /// The predicted worker count and what the matrix says of it.
 fn prediction(out: &mut String, a: &Analysis) {
     let Some(p) = &a.prediction else { return };
-    let ranks = a
-        .conditions
-        .iter()
-        .find(|c| c.condition == p.from)
-        .and_then(|c| c.node.as_ref())
-        .map(|n| n.ranks.len());
-    let cores = match ranks {
-        Some(r) => format!("the node's cores shared by its {r} ranks, per rank"),
-        None => "the cores left beside the training step's compute threads".into(),
-    };
+    let cores = p.cap_rule.describe();
     let asleep = p.asleep();
     let slept_on = if p.storage_share >= asleep {
         "waiting for storage"
     } else {
         "off the CPU (asleep: storage, disk reads)"
     };
-    let capped = match (p.capped, p.cap) {
-        (true, Some(cap)) if asleep > 0.0 => format!(
+    let cap = p.cap;
+    let capped = match p.capped {
+        true if asleep > 0.0 => format!(
             " (cut to {cap}: {cores}, stretched by the {} of the loader's time spent {slept_on})",
             pct(asleep)
         ),
-        (true, Some(cap)) => format!(" (cut to {cap}: {cores})"),
-        _ => String::new(),
+        true => format!(" (cut to {cap}: {cores})"),
+        false => String::new(),
     };
     let waits_for_storage = if asleep > 0.0 {
         format!(
             " The loader spent {} of its time {slept_on}: workers beyond the cores pay, so the \
              prediction and `tune` allow {} worker(s) per core the loader may use.",
             pct(asleep),
-            crate::format::sig(1.0 / (1.0 - asleep.min(0.95)))
+            crate::format::sig(p.cap_rule.per_core())
         )
     } else {
         String::new()

@@ -39,7 +39,7 @@ impl RunMeta {
     pub fn any_stand_in(&self) -> bool {
         self.conditions
             .iter()
-            .any(|c| c.compute_device == ComputeDevice::StandIn)
+            .any(|c| c.compute_device == ComputeDevice::Emulated)
     }
 
     pub fn condition(&self, name: &str) -> Option<&ConditionMeta> {
@@ -63,10 +63,11 @@ pub enum ComputeDevice {
     #[default]
     Cpu,
     Cuda,
-    /// The stand-in step's emulated device (`model.kind = "stand_in"`): asynchronous like
-    /// CUDA, holding no core while busy.
+    /// The stand-in step's emulated device (`model.kind = "stand_in"` on the CPU): a thread
+    /// that sleeps while busy, asynchronous like CUDA, holding no core. (A stand-in on CUDA is
+    /// a kernel on the GPU and records `Cuda`.)
     #[serde(rename = "stand_in")]
-    StandIn,
+    Emulated,
 }
 
 impl ComputeDevice {
@@ -74,9 +75,15 @@ impl ComputeDevice {
     pub fn asynchronous(self) -> bool {
         self != ComputeDevice::Cpu
     }
+
+    /// The step keeps the host's cores busy with its compute threads (the CPU); on a device it
+    /// holds none.
+    pub fn holds_cores(self) -> bool {
+        self == ComputeDevice::Cpu
+    }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ConditionMeta {
     pub name: String,
     /// A person's name for the device, e.g. "cpu (2 threads)" or "cuda:0 (NVIDIA H200)".

@@ -21,7 +21,7 @@ pub use meta::{ComputeDevice, ConditionMeta, HeadroomRecord, RunMeta, TaskInfo};
 pub use read::{Raw, bools, f64s, i64s, read_csv, read_json, strs};
 pub use records::{
     CsvAppender, RUN_COLUMNS, RUN_RESOURCE_COLUMNS, RunRecord, STEP_COLUMNS, STEP_RANK_COLUMNS,
-    StepRecord, csv_field, run_header, step_header,
+    StepRecord, column, csv_field, run_header, step_header,
 };
 pub use search::{InputBound, SearchRecord, Trial, TrialSetting};
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use polars::prelude::*;
 use serde::Deserialize;
 
+use super::records::column;
 use super::{
     PLAN_JSON, RUN_COLUMNS, RUN_JSON, RUN_RESOURCE_COLUMNS, RUNS_CSV, ResultsError, RunMeta,
     SEARCH_JSON, STEP_COLUMNS, STEP_RANK_COLUMNS, STEPS_CSV, SearchRecord,
@@ -61,12 +62,12 @@ impl Raw {
         let plan: Plan = read_json(&dir.join(PLAN_JSON))?;
         let meta: RunMeta = read_json(&dir.join(RUN_JSON))?;
         let steps_path = dir.join(STEPS_CSV);
-        let mut steps = read_csv(&steps_path, &["condition", "fingerprint"])?;
-        if steps.column("device_ms").is_err() {
+        let mut steps = read_csv(&steps_path, &[column::CONDITION, column::FINGERPRINT])?;
+        if steps.column(column::DEVICE_MS).is_err() {
             // Folders from before device timing: no device figures, everything else stands.
             let nan = vec![f64::NAN; steps.height()];
             steps
-                .with_column(Column::new("device_ms".into(), nan))
+                .with_column(Column::new(column::DEVICE_MS.into(), nan))
                 .map_err(|e| read_err(&steps_path, e))?;
         }
         for name in STEP_RANK_COLUMNS {
@@ -78,7 +79,7 @@ impl Raw {
                     .map_err(|e| read_err(&steps_path, e))?;
             }
         }
-        let mut runs = read_csv(&dir.join(RUNS_CSV), &["condition", "device"])?;
+        let mut runs = read_csv(&dir.join(RUNS_CSV), &[column::CONDITION, column::DEVICE])?;
         for name in RUN_RESOURCE_COLUMNS {
             if runs.column(name).is_err() {
                 // Folders from before resource figures: NaN, everything else stands.

@@ -5,25 +5,57 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
+/// Every column name of steps.csv and runs.csv, once: the writers' headers below and every
+/// reader (analysis, charts, verify, compare) name a column through these.
+pub mod column {
+    pub const RUN: &str = "run";
+    pub const CONDITION: &str = "condition";
+    pub const ROUND: &str = "round";
+    pub const POSITION: &str = "position";
+    pub const STEP: &str = "step";
+    pub const BATCH_WAIT_MS: &str = "batch_wait_ms";
+    pub const H2D_MS: &str = "h2d_ms";
+    pub const COMPUTE_MS: &str = "compute_ms";
+    pub const STEP_MS: &str = "step_ms";
+    pub const LOSS: &str = "loss";
+    pub const FINGERPRINT: &str = "fingerprint";
+    pub const EPOCH: &str = "epoch";
+    pub const DEVICE_MS: &str = "device_ms";
+    pub const RANK: &str = "rank";
+    pub const SYNC_MS: &str = "sync_ms";
+    pub const WORKERS: &str = "workers";
+    pub const STARTUP_MS: &str = "startup_ms";
+    pub const ELAPSED_S: &str = "elapsed_s";
+    pub const IMAGES: &str = "images";
+    pub const IMG_PER_S: &str = "img_per_s";
+    pub const DEVICE: &str = "device";
+    pub const INTERRUPTED: &str = "interrupted";
+    pub const PROCESS_CPU_S: &str = "process_cpu_s";
+    pub const WORKERS_CPU_S: &str = "workers_cpu_s";
+    pub const TRAINING_CPU_S: &str = "training_cpu_s";
+    pub const PEAK_RSS_MIB: &str = "peak_rss_mib";
+    pub const PAGE_CACHE_RESIDENT: &str = "page_cache_resident";
+}
+
 pub const STEP_COLUMNS: [&str; 13] = [
-    "run",
-    "condition",
-    "round",
-    "position",
-    "step",
-    "batch_wait_ms",
-    "h2d_ms",
-    "compute_ms",
-    "step_ms",
-    "loss",
-    "fingerprint",
-    "epoch",
-    "device_ms",
+    column::RUN,
+    column::CONDITION,
+    column::ROUND,
+    column::POSITION,
+    column::STEP,
+    column::BATCH_WAIT_MS,
+    column::H2D_MS,
+    column::COMPUTE_MS,
+    column::STEP_MS,
+    column::LOSS,
+    column::FINGERPRINT,
+    column::EPOCH,
+    column::DEVICE_MS,
 ];
 
 /// steps.csv's columns for several ranks per node (absent in folders written before them: rank
 /// 0, no barrier): the rank that took the step, and its wait at the barrier after it, ms.
-pub const STEP_RANK_COLUMNS: [&str; 2] = ["rank", "sync_ms"];
+pub const STEP_RANK_COLUMNS: [&str; 2] = [column::RANK, column::SYNC_MS];
 
 /// steps.csv's header: the required columns, then the rank columns.
 pub fn step_header() -> Vec<&'static str> {
@@ -35,17 +67,17 @@ pub fn step_header() -> Vec<&'static str> {
 }
 
 pub const RUN_COLUMNS: [&str; 11] = [
-    "run",
-    "condition",
-    "round",
-    "position",
-    "workers",
-    "startup_ms",
-    "elapsed_s",
-    "images",
-    "img_per_s",
-    "device",
-    "interrupted",
+    column::RUN,
+    column::CONDITION,
+    column::ROUND,
+    column::POSITION,
+    column::WORKERS,
+    column::STARTUP_MS,
+    column::ELAPSED_S,
+    column::IMAGES,
+    column::IMG_PER_S,
+    column::DEVICE,
+    column::INTERRUPTED,
 ];
 
 /// runs.csv's resource columns (absent, so NaN, in folders written before them): CPU time of
@@ -53,11 +85,11 @@ pub const RUN_COLUMNS: [&str; 11] = [
 /// the peak resident memory inside it, MiB, and the share of the dataset's files the page
 /// cache held as it opened (NaN for a dataset held in memory).
 pub const RUN_RESOURCE_COLUMNS: [&str; 5] = [
-    "process_cpu_s",
-    "workers_cpu_s",
-    "training_cpu_s",
-    "peak_rss_mib",
-    "page_cache_resident",
+    column::PROCESS_CPU_S,
+    column::WORKERS_CPU_S,
+    column::TRAINING_CPU_S,
+    column::PEAK_RSS_MIB,
+    column::PAGE_CACHE_RESIDENT,
 ];
 
 /// runs.csv's header: the required columns, then the resource columns.
@@ -187,6 +219,102 @@ impl CsvAppender {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::results::{bools, f64s, i64s, read_csv, strs};
+
+    /// A row written by the record reads back, column by column under [`column`]'s names,
+    /// through the reader analysis uses: writer and readers agree on every column.
+    #[test]
+    fn records_read_back_under_their_column_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let step = StepRecord {
+            run: 3,
+            condition: "workers=4,batch_size=8".into(),
+            round: 1,
+            position: 2,
+            step: 7,
+            batch_wait_ms: 1.5,
+            h2d_ms: 0.25,
+            compute_ms: 8.0,
+            step_ms: 9.75,
+            loss: 2.25,
+            fingerprint: 0xdead_beef,
+            epoch: 1,
+            device_ms: 8.25,
+            rank: 1,
+            sync_ms: 0.5,
+        };
+        let path = dir.path().join("steps.csv");
+        let mut w = CsvAppender::create(&path, &step_header()).unwrap();
+        w.append(&step.to_csv()).unwrap();
+        drop(w);
+        let df = read_csv(&path, &[column::CONDITION, column::FINGERPRINT]).unwrap();
+        assert_eq!(df.width(), step_header().len());
+        let i = |c| i64s(&df, c).unwrap()[0];
+        let f = |c| f64s(&df, c).unwrap()[0];
+        assert_eq!(
+            [
+                i(column::RUN),
+                i(column::ROUND),
+                i(column::POSITION),
+                i(column::STEP)
+            ],
+            [3, 1, 2, 7]
+        );
+        assert_eq!(
+            [
+                f(column::BATCH_WAIT_MS),
+                f(column::H2D_MS),
+                f(column::COMPUTE_MS),
+                f(column::STEP_MS),
+                f(column::LOSS),
+                f(column::DEVICE_MS),
+                f(column::SYNC_MS)
+            ],
+            [1.5, 0.25, 8.0, 9.75, 2.25, 8.25, 0.5]
+        );
+        assert_eq!([i(column::EPOCH), i(column::RANK)], [1, 1]);
+        assert_eq!(strs(&df, column::CONDITION).unwrap()[0], step.condition);
+        assert_eq!(
+            strs(&df, column::FINGERPRINT).unwrap()[0],
+            "00000000deadbeef"
+        );
+
+        let run = RunRecord {
+            run: 3,
+            condition: "a".into(),
+            round: 1,
+            position: 0,
+            workers: 2,
+            startup_ms: 12.5,
+            elapsed_s: 1.25,
+            images: 640,
+            img_per_s: 512.0,
+            device: "cpu (2 threads)".into(),
+            interrupted: false,
+            resources: [1.0, 0.5, 0.5, 300.0, 0.25],
+        };
+        let path = dir.path().join("runs.csv");
+        let mut w = CsvAppender::create(&path, &run_header()).unwrap();
+        w.append(&run.to_csv()).unwrap();
+        drop(w);
+        let df = read_csv(&path, &[column::CONDITION, column::DEVICE]).unwrap();
+        assert_eq!(df.width(), run_header().len());
+        let f = |c| f64s(&df, c).unwrap()[0];
+        assert_eq!(i64s(&df, column::WORKERS).unwrap()[0], 2);
+        assert_eq!(i64s(&df, column::IMAGES).unwrap()[0], 640);
+        assert_eq!(
+            [
+                f(column::STARTUP_MS),
+                f(column::ELAPSED_S),
+                f(column::IMG_PER_S)
+            ],
+            [12.5, 1.25, 512.0]
+        );
+        let resources: Vec<f64> = RUN_RESOURCE_COLUMNS.iter().map(|c| f(c)).collect();
+        assert_eq!(resources, run.resources);
+        assert_eq!(strs(&df, column::DEVICE).unwrap()[0], run.device);
+        assert!(!bools(&df, column::INTERRUPTED).unwrap()[0]);
+    }
 
     #[test]
     fn fields_with_commas_are_quoted() {

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use progress::{Quiet, Reporter, Terminal, reporter};
-pub use setup::{DataSetup, Setup, SetupError, Setups};
+pub use setup::{DataSetup, Setup, SetupError, Setups, Step, Workload};
 
 use crate::config::{Experiment, resolved_toml};
 use crate::loader::LoaderError;
@@ -256,7 +256,7 @@ impl Runs<'_> {
             let setup = &self.prepared[planned.condition_index];
             let protocol = &self.exp.protocol;
             let total = plan.runs.len();
-            let done = if setup.ranks() > 1 {
+            let done = if setup.workload.ranks() > 1 {
                 let devices = self.trainers.ranks(planned.condition_index, setup)?;
                 ranks::run(planned, total, protocol, setup, devices, out)?
             } else {
@@ -414,20 +414,21 @@ impl Trainers {
         Ok(match self.by_condition.entry(condition) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => {
-                let mut devices = Vec::with_capacity(setup.ranks());
-                for rank in 0..setup.ranks() {
-                    devices.push(match (&setup.network, setup.stand_in_ms()) {
+                let w = &setup.workload;
+                let mut devices = Vec::with_capacity(w.ranks());
+                for rank in 0..w.ranks() {
+                    devices.push(match &w.step {
                         // Every rank starts from the same weights, as DDP broadcasts rank 0's.
-                        (Some(net), _) => DeviceStep::Model(Box::new(Trainer::new(
+                        Step::Network(net) => DeviceStep::Model(Box::new(Trainer::new(
                             InitialWeights::pytorch_default(self.seed, net.clone()),
                             &setup.settings().optimizer,
                             setup.device(rank).clone(),
                         )?)),
                         // The all-reduce is device time added to every step.
-                        (None, step_ms) => stand_in(
+                        Step::StandIn { step_ms } => stand_in(
                             setup,
                             rank,
-                            step_ms.unwrap_or(0.0) + setup.settings().distributed.allreduce_ms,
+                            step_ms + setup.settings().distributed.allreduce_ms,
                         )?,
                     });
                 }
@@ -441,7 +442,7 @@ impl Trainers {
 /// the emulated device.
 fn stand_in(setup: &Setup, rank: usize, step_ms: f64) -> Result<DeviceStep, RunError> {
     #[cfg(feature = "cuda")]
-    if setup.compute_device == crate::results::ComputeDevice::Cuda {
+    if setup.workload.device == crate::results::ComputeDevice::Cuda {
         return Ok(DeviceStep::CudaStandIn(Box::new(
             crate::train::CudaStandIn::new(setup.device(rank), step_ms)?,
         )));

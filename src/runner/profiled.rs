@@ -63,8 +63,8 @@ pub(super) fn run(
     drop(session);
     recording.finish()?;
     if clock.on_device() {
-        let track = match setup.compute_device {
-            ComputeDevice::StandIn => trace::EMULATED_TRACK,
+        let track = match setup.workload.device {
+            ComputeDevice::Emulated => trace::EMULATED_TRACK,
             _ => trace::GPU_TRACK,
         };
         trace::add_gpu_track(&path, &clock.read()?, track)?;

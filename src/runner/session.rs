@@ -8,7 +8,6 @@ use indicatif::ProgressBar;
 use super::setup::Setup;
 use super::{INTERRUPTED, RunError};
 use crate::loader::{Batch, Loader, LoaderError};
-use crate::results::ComputeDevice;
 use crate::train::{DeviceClock, DeviceStep, Loss, OnDevice};
 
 /// A run in progress: one condition's loader and trainer.
@@ -88,7 +87,7 @@ impl<'a> Session<'a> {
     /// condition's compute pool; on CUDA on this thread, which holds the device's context;
     /// the stand-in's is only enqueued.
     pub fn step(&mut self, on: &OnDevice) -> Result<Loss, RunError> {
-        let pool = (self.setup.compute_device == ComputeDevice::Cpu).then_some(&*self.setup.pool);
+        let pool = (self.setup.workload.device.holds_cores()).then_some(&*self.setup.pool);
         Ok(self.trainer.step(on, pool)?)
     }
 

@@ -107,13 +107,67 @@ impl DataSetup {
     }
 }
 
+/// What one condition's step runs, resolved once from `[model]`, `[device]`, `[distributed]`
+/// and the device chosen: the one answer to "is this a stand-in?", "on what?" and "how many
+/// ranks?" that the runner and its records ask.
+#[derive(Clone)]
+pub struct Workload {
+    pub step: Step,
+    /// Where the step runs: the CPU, a GPU, or (the stand-in on the CPU) the emulated device.
+    pub device: ComputeDevice,
+    /// Ranks on the node, one device step and one loader each (1 without `[distributed]`).
+    ranks: usize,
+}
+
+/// The step itself.
+#[derive(Clone)]
+pub enum Step {
+    /// A network trained with the experiment's optimizer.
+    Network(Network),
+    /// The user's step replayed as declared device time: a kernel on CUDA, the emulated
+    /// device's sleep on the CPU.
+    StandIn { step_ms: f64 },
+}
+
+impl Workload {
+    /// The network, unless the step is a stand-in.
+    pub fn network(&self) -> Option<&Network> {
+        match &self.step {
+            Step::Network(n) => Some(n),
+            Step::StandIn { .. } => None,
+        }
+    }
+
+    /// The stand-in's device time per step, when the step is one.
+    pub fn stand_in_ms(&self) -> Option<f64> {
+        match self.step {
+            Step::StandIn { step_ms } => Some(step_ms),
+            Step::Network(_) => None,
+        }
+    }
+
+    /// Ranks on the node (1 without `[distributed]`).
+    pub fn ranks(&self) -> usize {
+        self.ranks
+    }
+
+    /// What trains, as the report names it everywhere a model is named.
+    pub fn name(&self) -> String {
+        match &self.step {
+            Step::Network(net) => net.describe(),
+            Step::StandIn { step_ms } => stand_in_name(*step_ms),
+        }
+    }
+}
+
 /// Everything one condition's training runs need, built once.
 pub struct Setup {
     pub data: DataSetup,
     /// Each rank's device (one entry without `[distributed]`): on CUDA one GPU per rank, at
     /// ordinals `device.ordinal`, `device.ordinal + 1`, …; elsewhere the same device for all.
     devices: Vec<Device>,
-    pub compute_device: ComputeDevice,
+    /// The step, its device kind and its ranks.
+    pub workload: Workload,
     /// A person's name for the device, e.g. "cpu (2 threads)".
     pub device_name: String,
     /// Compute threads of the training step (the CPU's; on CUDA the host side's), resolved
@@ -122,8 +176,6 @@ pub struct Setup {
     /// The machine's cores that `threads` was resolved against.
     pub cores: train::CoreBudget,
     pub pool: Arc<ComputePool>,
-    /// The model, built for this condition's data; none for the stand-in step.
-    pub network: Option<Network>,
     /// What was set on the CUDA device's memory pool, for run.json.
     pub memory_pool: Option<String>,
 }
@@ -131,20 +183,6 @@ pub struct Setup {
 impl Setup {
     pub fn settings(&self) -> &Settings {
         &self.data.settings
-    }
-
-    /// The stand-in step's device time, when the condition has one instead of a network.
-    pub fn stand_in_ms(&self) -> Option<f64> {
-        self.settings().model.stand_in_ms()
-    }
-
-    /// What trains, as the report names it everywhere a model is named.
-    pub fn model_name(&self) -> String {
-        match (&self.network, self.stand_in_ms()) {
-            (Some(net), _) => net.describe(),
-            (None, Some(ms)) => stand_in_name(ms),
-            (None, None) => "no model".into(),
-        }
     }
 
     /// Rank `rank`'s device.
@@ -161,7 +199,7 @@ impl Setup {
         let mut cfg = LoaderConfig::from_settings(s);
         cfg.shard = Shard {
             rank,
-            ranks: s.distributed.ranks.max(1) as usize,
+            ranks: self.workload.ranks(),
         };
         Loader::with_memory(
             dataset,
@@ -171,34 +209,27 @@ impl Setup {
         )
     }
 
-    /// Ranks on the node (1 without `[distributed]`).
-    pub fn ranks(&self) -> usize {
-        self.settings().distributed.ranks.max(1) as usize
-    }
-
     /// The warning for more loader workers plus compute threads than cores on the CPU.
     pub fn contention(&self, condition: &str) -> Option<String> {
         let workers = self.settings().loader.workers;
         let (threads, cores) = (self.threads, self.cores.cores);
-        (self.compute_device == ComputeDevice::Cpu && workers as usize + threads > cores).then(
-            || {
-                format!(
-                    "{condition}: {workers} loader workers + {threads} compute threads exceed \
+        (self.workload.device.holds_cores() && workers as usize + threads > cores).then(|| {
+            format!(
+                "{condition}: {workers} loader workers + {threads} compute threads exceed \
                      the {cores} cores of this machine; workers and training compete for cores, \
                      so the comparison measures contention as much as loading"
-                )
-            },
-        )
+            )
+        })
     }
 
     /// What `run.json` records of this condition.
     pub fn meta(&self, condition: &str) -> ConditionMeta {
         let s = self.settings();
-        let on_cpu = self.compute_device != ComputeDevice::Cuda;
+        let on_cpu = self.workload.device != ComputeDevice::Cuda;
         ConditionMeta {
             name: condition.to_string(),
             device: self.device_name.clone(),
-            compute_device: self.compute_device,
+            compute_device: self.workload.device,
             cpu_threads: self.threads,
             workers: s.loader.workers,
             dataset: self.data.dataset.describe(),
@@ -212,7 +243,7 @@ impl Setup {
             trace: None,
             profile_startup_ms: None,
             memory_pool: self.memory_pool.clone(),
-            model: Some(self.model_name()),
+            model: Some(self.workload.name()),
             stages: None,
             headroom: None,
         }
@@ -259,13 +290,13 @@ impl Setups {
     pub fn skipped_images(&self) -> Vec<String> {
         self.datasets
             .iter()
-            .filter(|(_, d)| d.skipped() > 0)
+            .filter(|(_, d)| d.storage().skipped() > 0)
             .map(|(_, d)| {
                 format!(
                     "{}: {} reads of unreadable images were served as the next readable image \
                      (dataset.on_error = \"skip\")",
                     d.describe(),
-                    d.skipped()
+                    d.storage().skipped()
                 )
             })
             .collect()
@@ -289,7 +320,7 @@ impl Setups {
         let (device, mut name) = (chosen.device.clone(), chosen.name.clone());
         let memory_pool = chosen.memory_pool.clone();
         let on_cpu = device.is_cpu();
-        let ranks = s.distributed.ranks.max(1) as usize;
+        let ranks = s.distributed.ranks as usize;
         let devices = if ranks > 1 && !on_cpu {
             let devices = self.rank_gpus(s)?;
             name = format!(
@@ -300,7 +331,7 @@ impl Setups {
             );
             devices
         } else {
-            if ranks > 1 && s.model.stand_in_ms().is_none() {
+            if ranks > 1 && !s.model.is_stand_in() {
                 return Err(SetupError::Ranks(format!(
                     "distributed.ranks = {ranks} with a real network needs one GPU per rank, \
                      and device.kind = \"auto\" chose the CPU{}: set model.kind = \"stand_in\" \
@@ -323,19 +354,28 @@ impl Setups {
             )),
         };
         let data = DataSetup::with_dataset(s, dataset);
+        let step = match data.network()? {
+            Some(net) => Step::Network(net),
+            None => Step::StandIn {
+                step_ms: s.model.step_ms,
+            },
+        };
         // The stand-in step on the CPU is the emulated device; on CUDA, its kernel.
-        let emulated = s.model.stand_in_ms().is_some() && on_cpu;
+        let emulated = matches!(step, Step::StandIn { .. }) && on_cpu;
         Ok(Setup {
-            network: data.network()?,
+            workload: Workload {
+                step,
+                device: if emulated {
+                    ComputeDevice::Emulated
+                } else if on_cpu {
+                    ComputeDevice::Cpu
+                } else {
+                    ComputeDevice::Cuda
+                },
+                ranks,
+            },
             data,
             devices,
-            compute_device: if emulated {
-                ComputeDevice::StandIn
-            } else if on_cpu {
-                ComputeDevice::Cpu
-            } else {
-                ComputeDevice::Cuda
-            },
             device_name: if emulated {
                 EMULATED_DEVICE.to_string()
             } else if on_cpu {
@@ -365,7 +405,7 @@ impl Setups {
     /// One GPU per rank, rank r on CUDA device `device.ordinal + r`; too few GPUs is an error
     /// that says how many there are.
     fn rank_gpus(&mut self, s: &Settings) -> Result<Vec<Device>, SetupError> {
-        let ranks = s.distributed.ranks.max(1);
+        let ranks = s.distributed.ranks;
         let first = s.device.ordinal;
         let mut devices = Vec::with_capacity(ranks as usize);
         for rank in 0..ranks {

@@ -103,7 +103,7 @@ pub(super) fn run(
 /// `dataset.page_cache = "cold"`, filled first when "warm" (the workers may already be reading
 /// ahead meanwhile); the share resident then (NaN for a dataset held in memory).
 pub(super) fn prepare_page_cache(setup: &Setup) -> f64 {
-    let files = setup.data.dataset.files();
+    let files = setup.data.dataset.storage().files();
     match setup.settings().dataset.page_cache {
         PageCache::Cold => {
             page_cache::evict(&files);

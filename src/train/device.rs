@@ -186,3 +186,75 @@ impl CoreBudget {
         (self.cores as u64).saturating_sub(busy).max(1)
     }
 }
+
+/// The most loader workers worth running for one rank: the one rule that the prediction,
+/// `tune`'s bounds and the verdict share. The workers may use the cores the step leaves them
+/// (beside a CPU step's compute threads; all of them when the step runs on a device and holds
+/// none), split over the ranks (each rank has its own workers), stretched by the share of their
+/// time the workers sleep (waiting for storage, off the CPU): a sleeping worker holds no core.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct WorkerCap {
+    /// The node's cores.
+    pub cores: usize,
+    /// Ranks on the node, each with its own workers (at least 1).
+    pub ranks: u64,
+    /// Compute threads the step keeps busy on those cores: 0 when it runs on a device (CUDA or
+    /// the stand-in's emulated device) and only enqueues from the host.
+    pub step_threads: u64,
+    /// The share of the loader's time it sleeps (see [`asleep_share`]).
+    pub asleep_share: f64,
+}
+
+impl WorkerCap {
+    /// Above this share asleep the stretch stops (20 workers per core): a worker that seems to
+    /// compute nothing still has a decode to do.
+    pub const MAX_ASLEEP: f64 = 0.95;
+
+    /// Cores the workers of one rank may use (at least 1).
+    pub fn cores_per_rank(self) -> u64 {
+        let free = CoreBudget { cores: self.cores }.left_beside(self.step_threads);
+        (free / self.ranks.max(1)).max(1)
+    }
+
+    /// Workers per core: 1 / (1 − the share asleep).
+    pub fn per_core(self) -> f64 {
+        1.0 / (1.0 - self.asleep_share.clamp(0.0, Self::MAX_ASLEEP))
+    }
+
+    /// The most workers worth running for one rank.
+    pub fn workers(self) -> u64 {
+        // The small epsilon keeps 2 / (1 - 0.5) from flooring to 3.999….
+        ((self.cores_per_rank() as f64) * self.per_core() + 1e-9).floor() as u64
+    }
+
+    /// What the cores are, as the report says it.
+    pub fn describe(self) -> String {
+        if self.ranks > 1 {
+            format!(
+                "the node's {} cores shared by its {} ranks, per rank",
+                self.cores, self.ranks
+            )
+        } else if self.step_threads > 0 {
+            format!(
+                "the {} cores left beside the training step's {} compute threads",
+                self.cores_per_rank(),
+                self.step_threads
+            )
+        } else {
+            format!(
+                "the machine's {} cores (the step runs on a device and holds none)",
+                self.cores
+            )
+        }
+    }
+}
+
+/// The share of the loader's time it sleeps, which stretches the cores: its wait for emulated
+/// storage, or the build's time off the CPU where that is larger and beyond noise (5 %).
+pub fn asleep_share(storage_share: f64, off_cpu_share: f64) -> f64 {
+    storage_share.max(if off_cpu_share > 0.05 {
+        off_cpu_share
+    } else {
+        0.0
+    })
+}

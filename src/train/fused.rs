@@ -1,5 +1,5 @@
 //! The host side of the fused multi-tensor optimizer kernel (`kernels/optim.cu`, launched by
-//! `cuda_optim.rs` in a CUDA build): its parameter blocks, field for field as the kernel reads
+//! `cuda/optim.rs` in a CUDA build): its parameter blocks, field for field as the kernel reads
 //! them, each step's scalars, and the checks that make a launch sound. Built in every build, so
 //! its tests run on machines without CUDA.
 

@@ -8,28 +8,25 @@
 mod clock;
 #[cfg(feature = "cuda")]
 mod cuda;
-#[cfg(feature = "cuda")]
-mod cuda_conv;
-#[cfg(feature = "cuda")]
-mod cuda_optim;
-#[cfg(feature = "cuda")]
-mod cuda_pool;
-#[cfg(feature = "cuda")]
-mod cuda_stand_in;
 mod device;
 mod fast_cpu;
 // The fused optimizer's host side: launched only in a CUDA build, tested in every build.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod fused;
+mod marks;
 mod model;
 mod optim;
 mod pool;
 mod stand_in;
 
-pub use clock::{DeviceClock, StepMarks};
+pub use clock::DeviceClock;
 #[cfg(feature = "cuda")]
-pub use cuda_stand_in::CudaStandIn;
-pub use device::{Chosen, CoreBudget, DeviceError, cores, cuda_devices, select, synchronize};
+pub use cuda::CudaStandIn;
+pub use device::{
+    Chosen, CoreBudget, DeviceError, WorkerCap, asleep_share, cores, cuda_devices, select,
+    synchronize,
+};
+pub use marks::StepMarks;
 pub use model::{
     InitialWeights, Layers, Model, ModelInput, RunningStats, fast_cpu_fits, max_pool_2x2,
     max_pool_3x3_s2,
@@ -140,7 +137,7 @@ pub enum DeviceStep {
     StandIn(StandIn),
     /// The stand-in's kernel on a CUDA device.
     #[cfg(feature = "cuda")]
-    CudaStandIn(Box<cuda_stand_in::CudaStandIn>),
+    CudaStandIn(Box<cuda::CudaStandIn>),
 }
 
 /// A batch on the device, as the step takes it.

@@ -351,7 +351,7 @@ impl Model {
 /// check, else candle's own.
 fn conv2d(x: &Tensor, w: &Tensor, padding: usize, stride: usize) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
-    if let Some(y) = super::cuda_conv::conv2d(x, w, padding, stride)? {
+    if let Some(y) = super::cuda::conv::conv2d(x, w, padding, stride)? {
         return Ok(y);
     }
     x.conv2d(w, padding, stride, 1, 1)
@@ -363,8 +363,8 @@ fn max_pool(x: &Tensor, k: usize) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     {
         let pad = i32::from(k == 3);
-        let window = super::cuda_pool::Window { k: k as i32, pad };
-        if let Some(y) = super::cuda_pool::max_pool(x, window)? {
+        let window = super::cuda::pool::Window { k: k as i32, pad };
+        if let Some(y) = super::cuda::pool::max_pool(x, window)? {
             return Ok(y);
         }
     }

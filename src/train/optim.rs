@@ -1,6 +1,6 @@
 //! The optimizers, with PyTorch's update rules (its single-tensor implementations, in its order
 //! of operations), on candle tensors so the same code runs on every device; on CUDA one fused
-//! kernel per step does the same arithmetic (`cuda_optim.rs`), when it passed its check.
+//! kernel per step does the same arithmetic (`cuda/optim.rs`), when it passed its check.
 
 use candle_core::backprop::GradStore;
 use candle_core::{Result, Tensor, Var};
@@ -22,7 +22,7 @@ pub struct Optimizer {
     step: i32,
     /// The fused kernel of the parameters' CUDA device (None: candle's path).
     #[cfg(feature = "cuda")]
-    fused: Option<std::sync::Arc<super::cuda_optim::Fused>>,
+    fused: Option<std::sync::Arc<super::cuda::optim::Fused>>,
 }
 
 impl Optimizer {
@@ -32,7 +32,7 @@ impl Optimizer {
             let mut o = Self::unfused(vars, settings);
             o.fused = vars
                 .first()
-                .and_then(|v| super::cuda_optim::Fused::for_device(v.device()));
+                .and_then(|v| super::cuda::optim::Fused::for_device(v.device()));
             o
         }
         #[cfg(not(feature = "cuda"))]
@@ -151,10 +151,10 @@ impl Optimizer {
     /// PyTorch's first step (0 · β + x = x).
     fn update_fused(
         &mut self,
-        fused: &super::cuda_optim::Fused,
+        fused: &super::cuda::optim::Fused,
         grads: &[Option<Tensor>],
     ) -> Result<()> {
-        use super::cuda_optim::Update;
+        use super::cuda::optim::Update;
         use super::fused::Rule;
         let (first, second) = Rule::buffers(&self.settings);
         for (slot, g) in self.slots.iter_mut().zip(grads) {
@@ -188,7 +188,7 @@ impl Optimizer {
         device: &candle_core::Device,
         settings: &OptimizerSection,
         sizes: &[usize],
-        fused: &super::cuda_optim::Fused,
+        fused: &super::cuda::optim::Fused,
     ) -> Result<f64> {
         let ramp = |n: usize, seed: f32| {
             let v: Vec<f32> = (0..n)

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use candle_core::{Error, Result};
 
-use super::StepMarks;
+use super::marks::StepMarks;
 use crate::loader::Batch;
 
 /// Steps that may wait behind the running one before the host's enqueue blocks.

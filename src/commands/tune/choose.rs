@@ -4,7 +4,7 @@
 use crate::format;
 use crate::results::TrialSetting;
 
-use super::search::Knob;
+use super::knob::Knob;
 
 /// The setting with the highest median img/s, if any was measured.
 pub(super) fn best(settings: &[TrialSetting]) -> Option<&TrialSetting> {
@@ -72,7 +72,12 @@ pub(super) mod tests {
     use crate::results::InputBound;
 
     /// A measured setting with planted figures (the search's tests use it too).
-    pub(in crate::tune) fn setting(value: u64, img: f64, low: f64, high: f64) -> TrialSetting {
+    pub(in crate::commands::tune) fn setting(
+        value: u64,
+        img: f64,
+        low: f64,
+        high: f64,
+    ) -> TrialSetting {
         TrialSetting {
             value,
             condition: format!("workers={value}"),

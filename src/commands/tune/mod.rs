@@ -17,6 +17,7 @@
 //! trial for real; this file ties them to a results folder and writes `tuned.toml`.
 
 mod choose;
+mod knob;
 mod search;
 mod trial;
 
@@ -27,8 +28,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::analysis::{self, Analysis};
+use crate::commands::execute::ExecuteError;
 use crate::config::{Experiment, Overrides};
-use crate::execute::ExecuteError;
 use crate::report;
 use crate::results::{Partial, ResultsError, SEARCH_JSON, SearchRecord, TUNED_TOML};
 use crate::runner::Reporter;

@@ -9,58 +9,11 @@ use crate::analysis::WorkerPrediction;
 use crate::config::Settings;
 use crate::format;
 use crate::results::{ComputeDevice, InputBound, SearchRecord, Trial, TrialSetting};
-use crate::train::CoreBudget;
+use crate::train::{CoreBudget, WorkerCap};
 
 use super::TuneError;
 pub use super::choose::choose;
-
-/// The settings `tune` can search.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Knob {
-    Workers,
-    PrefetchFactor,
-    Threads,
-}
-
-impl Knob {
-    pub const ALL: [Knob; 3] = [Knob::Workers, Knob::PrefetchFactor, Knob::Threads];
-
-    pub fn key(self) -> &'static str {
-        match self {
-            Knob::Workers => "loader.workers",
-            Knob::PrefetchFactor => "loader.prefetch_factor",
-            Knob::Threads => "device.threads",
-        }
-    }
-
-    pub fn parse(text: &str) -> Result<Knob, String> {
-        Knob::ALL
-            .into_iter()
-            .find(|k| k.key() == text)
-            .ok_or_else(|| {
-                format!(
-                    "--knob {text:?}: expected one of {}",
-                    Knob::ALL.map(Knob::key).join(", ")
-                )
-            })
-    }
-
-    pub fn get(self, s: &Settings) -> u64 {
-        match self {
-            Knob::Workers => s.loader.workers,
-            Knob::PrefetchFactor => s.loader.prefetch_factor,
-            Knob::Threads => s.device.threads,
-        }
-    }
-
-    pub fn set(self, s: &mut Settings, v: u64) {
-        match self {
-            Knob::Workers => s.loader.workers = v,
-            Knob::PrefetchFactor => s.loader.prefetch_factor = v,
-            Knob::Threads => s.device.threads = v,
-        }
-    }
-}
+pub use super::knob::Knob;
 
 /// One measured trial, as the search needs it.
 #[derive(Debug, Clone)]
@@ -72,9 +25,31 @@ pub struct Measured {
     pub compute_device: ComputeDevice,
     /// The training step's compute threads, as the trial's set-up resolved them.
     pub cpu_threads: usize,
+    /// Ranks on the node.
+    pub ranks: u64,
     /// The trial's results folder, and how the final report names it.
     pub folder: PathBuf,
     pub folder_label: String,
+}
+
+impl Measured {
+    /// The most workers worth running: the prediction's cap when the trial made one (it knows
+    /// the loader's time asleep), else the same rule from the trial's device, threads and ranks.
+    pub fn worker_cap(&self, cores: CoreBudget) -> WorkerCap {
+        match &self.prediction {
+            Some(p) if p.cap_rule.cores > 0 => p.cap_rule,
+            _ => WorkerCap {
+                cores: cores.cores,
+                ranks: self.ranks,
+                step_threads: if self.compute_device.holds_cores() {
+                    self.cpu_threads as u64
+                } else {
+                    0
+                },
+                asleep_share: self.prediction.as_ref().map_or(0.0, |p| p.asleep()),
+            },
+        }
+    }
 }
 
 /// How trials are measured, and the clock the budget is read from.
@@ -97,8 +72,7 @@ pub trait Trials {
 pub struct Limits {
     /// Start no new trial after this many seconds.
     pub budget_s: f64,
-    /// The most workers to try (default: on the CPU the cores left beside the compute threads,
-    /// else twice the cores).
+    /// The most workers to try (default: the probe's [`WorkerCap`]).
     pub max_workers: Option<u64>,
     /// The machine's cores.
     pub cores: CoreBudget,
@@ -270,20 +244,13 @@ pub fn search(
     })
 }
 
-/// The most workers to try: the cores the loader may use, stretched by the share of its time
-/// the probe's loader waited for storage (asleep, holding no core).
+/// The most workers to try: `--max-workers`, else the worker cap of the probe (the
+/// prediction's own, so the prediction never lies outside the search's bounds).
 fn workers_cap(limits: Limits, probe: &Measured) -> u64 {
     if let Some(m) = limits.max_workers {
         return m;
     }
-    let cores = match probe.compute_device {
-        // Workers + compute threads within the cores.
-        ComputeDevice::Cpu => limits.cores.left_beside(probe.cpu_threads as u64),
-        // The step holds no core (or only the host's enqueue): up to two per core.
-        ComputeDevice::Cuda | ComputeDevice::StandIn => (2 * limits.cores.cores as u64).max(1),
-    };
-    let waiting = probe.prediction.as_ref().map_or(0.0, |p| p.asleep());
-    crate::analysis::beyond_the_cores(cores, waiting)
+    probe.worker_cap(limits.cores).workers()
 }
 
 /// Where the next trial centres, and why; None when the best is surrounded, at a bound, no
@@ -448,6 +415,7 @@ mod tests {
                 prediction,
                 compute_device: ComputeDevice::Cuda,
                 cpu_threads: 1,
+                ranks: 1,
                 folder: PathBuf::from(format!("trial-{k}")),
                 folder_label: format!("trial-{k}"),
             }))
@@ -498,18 +466,91 @@ mod tests {
 
     #[test]
     fn a_loader_waiting_for_storage_may_have_more_workers_than_cores() {
-        // 160 ms per batch, a 20 ms step: 8 workers needed. On 2 cores (a GPU step: 4 workers
-        // at most) the climb stops at 4; when the loader waits for storage 3/4 of its time,
-        // 16 fit, and the climb reaches 8.
-        let mut t = Planted::new(160.0, 20.0, Some(4));
+        // 160 ms per batch, a 20 ms step: 8 workers needed. On 2 cores (a GPU step: one worker
+        // per core) the climb stops at 2; when the loader waits for storage 3/4 of its time,
+        // 8 fit, and the climb reaches 8.
+        let mut t = Planted::new(160.0, 20.0, Some(2));
         let out = run(&mut t, Knob::Workers, limits(600.0, None));
-        assert_eq!(out.search.allowed, [0, 4]);
-        assert_eq!(out.search.chosen, Some(4));
-        let mut t = Planted::new(160.0, 20.0, Some(4));
+        assert_eq!(out.search.allowed, [0, 2]);
+        assert_eq!(out.search.chosen, Some(2));
+        let mut t = Planted::new(160.0, 20.0, Some(8));
         t.storage_share = 0.75;
         let out = run(&mut t, Knob::Workers, limits(600.0, None));
-        assert_eq!(out.search.allowed, [0, 16]);
+        assert_eq!(out.search.allowed, [0, 8]);
         assert_eq!(out.search.chosen, Some(8), "{}", out.search.reason);
+    }
+
+    /// The prediction and `tune`'s bounds ask one rule: for every device, thread count, rank
+    /// count, share asleep and planted cost, the predicted workers lie within the bounds the
+    /// search allows for the same condition, whether the probe made a prediction or not.
+    #[test]
+    fn the_prediction_never_lies_outside_the_search_bounds() {
+        use crate::results::ConditionMeta;
+        let mut cases = 0;
+        for compute_device in [
+            ComputeDevice::Cpu,
+            ComputeDevice::Cuda,
+            ComputeDevice::Emulated,
+        ] {
+            for cores in [1, 2, 3, 16] {
+                for cpu_threads in [1, 2, 4] {
+                    for ranks in [1, 2, 8] {
+                        for asleep in [0.0, 0.3, 0.75, 0.99] {
+                            for loader_ms in [0.5, 30.0, 400.0] {
+                                let cm = ConditionMeta {
+                                    compute_device,
+                                    cpu_threads,
+                                    ..ConditionMeta::default()
+                                };
+                                let rule = crate::analysis::worker_cap(cores, ranks, &cm, asleep);
+                                let (_, wanted) = crate::analysis::workers_wanted(
+                                    loader_ms,
+                                    20.0,
+                                    0.05,
+                                    compute_device == ComputeDevice::Emulated,
+                                );
+                                let predicted = wanted.min(rule.workers());
+                                let mut probe = Measured {
+                                    settings: vec![],
+                                    prediction: Some(WorkerPrediction {
+                                        workers: predicted,
+                                        cap: rule.workers(),
+                                        cap_rule: rule,
+                                        ..WorkerPrediction::default()
+                                    }),
+                                    compute_device,
+                                    cpu_threads,
+                                    ranks,
+                                    folder: PathBuf::new(),
+                                    folder_label: String::new(),
+                                };
+                                let hi = workers_cap(limits(1.0, None), &probe);
+                                let budget = CoreBudget { cores };
+                                assert!(
+                                    predicted <= probe.worker_cap(budget).workers(),
+                                    "{compute_device:?} {cores} cores {ranks} ranks"
+                                );
+                                assert!(hi >= 1 || cores == 0);
+                                // Without a prediction the same rule, with nothing asleep.
+                                probe.prediction = None;
+                                let bare = probe.worker_cap(budget);
+                                assert_eq!(
+                                    bare,
+                                    WorkerCap {
+                                        asleep_share: 0.0,
+                                        ..rule
+                                    },
+                                    "{compute_device:?} {cores} cores {ranks} ranks"
+                                );
+                                assert!(bare.workers() <= rule.workers());
+                                cases += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 3 * 4 * 3 * 3 * 4 * 3);
     }
 
     #[test]

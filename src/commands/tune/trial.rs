@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::analysis::{Analysis, paired_ratio};
+use crate::commands::execute::{self, ExecuteError};
 use crate::config::{Condition, Experiment, ReportSection, RunOrder, Settings, check_settings};
-use crate::execute::{self, ExecuteError};
 use crate::plan;
 use crate::results::{Raw, TrialSetting};
 use crate::runner::{Reporter, RunOptions};
@@ -77,6 +77,10 @@ impl Trials for ExperimentTrials<'_> {
             prediction: analysis.prediction.clone(),
             compute_device: first.map_or(crate::results::ComputeDevice::Cpu, |c| c.compute_device),
             cpu_threads: first.map_or(1, |c| c.cpu_threads),
+            ranks: exp
+                .conditions
+                .first()
+                .map_or(1, |c| c.settings.distributed.ranks),
             folder,
             folder_label: label.display().to_string(),
         }))

@@ -5,7 +5,7 @@ use plotters::prelude::*;
 
 use super::ChartData;
 use super::style::{
-    DrawResult, Mark, TITLE, category_labels, color, e, legend, mesh, plain, with_legend_panel,
+    DrawResult, Mark, TITLE, category_labels, color, legend, mesh, plain, with_legend_panel,
 };
 use crate::analysis::median;
 
@@ -13,11 +13,11 @@ use crate::analysis::median;
 const FLOOR_MS: f64 = 1e-3;
 
 pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) -> DrawResult {
-    root.fill(&WHITE).map_err(e)?;
+    root.fill(&WHITE)?;
     let (plot, panel) = with_legend_panel(root);
     let mut per: Vec<Vec<f64>> = vec![Vec::new(); d.conditions.len()];
     for (ci, _, rows) in &d.runs {
-        per[*ci].extend(rows.iter().map(|r| r[0].max(FLOOR_MS)));
+        per[*ci].extend(rows.iter().map(|r| r.batch_wait_ms.max(FLOOR_MS)));
     }
     let hi = per
         .iter()
@@ -31,8 +31,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d(-0.6f64..(n - 0.4), (FLOOR_MS..hi).log_scale())
-        .map_err(e)?;
+        .build_cartesian_2d(-0.6f64..(n - 0.4), (FLOOR_MS..hi).log_scale())?;
     mesh!(chart)
         .disable_x_mesh()
         .x_labels(d.conditions.len().max(1) * 2 + 1)
@@ -40,25 +39,20 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .y_label_formatter(&plain)
         .x_desc("condition")
         .y_desc("batch_wait per step, ms (log scale)")
-        .draw()
-        .map_err(e)?;
+        .draw()?;
     for (i, values) in per.iter().enumerate() {
         let x = i as f64;
-        chart
-            .draw_series(values.iter().enumerate().map(|(j, v)| {
-                // Spread the dots sideways by a deterministic jitter so they stay visible.
-                let jitter = ((j as f64 * 0.618_034) % 1.0 - 0.5) * 0.5;
-                Circle::new((x + jitter, *v), 2, color(i).mix(0.5).filled())
-            }))
-            .map_err(e)?;
+        chart.draw_series(values.iter().enumerate().map(|(j, v)| {
+            // Spread the dots sideways by a deterministic jitter so they stay visible.
+            let jitter = ((j as f64 * 0.618_034) % 1.0 - 0.5) * 0.5;
+            Circle::new((x + jitter, *v), 2, color(i).mix(0.5).filled())
+        }))?;
         let m = median(values);
         if m.is_finite() {
-            chart
-                .draw_series([PathElement::new(
-                    vec![(x - 0.35, m), (x + 0.35, m)],
-                    BLACK.stroke_width(3),
-                )])
-                .map_err(e)?;
+            chart.draw_series([PathElement::new(
+                vec![(x - 0.35, m), (x + 0.35, m)],
+                BLACK.stroke_width(3),
+            )])?;
         }
     }
     let mut entries: Vec<(Mark, String)> = d

@@ -19,8 +19,9 @@ use plotters::prelude::*;
 
 use crate::analysis::Analysis;
 use crate::config::ImageFormat;
+use crate::results::column;
 use crate::results::{Raw, f64s};
-use style::{e, register_font};
+use style::{ChartError, register_font};
 
 /// A chart of the report: its name (the file is `charts/<name>.svg|png`) and its caption.
 pub struct ChartSpec {
@@ -64,32 +65,45 @@ pub const CHARTS: [ChartSpec; 8] = [
     },
 ];
 
-/// One step's (batch_wait, h2d, compute, step) in ms.
-pub type StepTimes = [f64; 4];
+/// One timed step's times, ms (steps.csv's columns of the same names).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepTimes {
+    pub batch_wait_ms: f64,
+    pub h2d_ms: f64,
+    pub compute_ms: f64,
+    pub step_ms: f64,
+}
+
+impl StepTimes {
+    /// The step's segments in order: batch_wait, h2d, compute.
+    pub fn segments(&self) -> [f64; 3] {
+        [self.batch_wait_ms, self.h2d_ms, self.compute_ms]
+    }
+}
 
 /// Data the charts need, taken once from the raw steps.
 pub struct ChartData<'a> {
     pub analysis: &'a Analysis,
     pub conditions: Vec<String>,
-    /// (condition index, run, steps' (batch_wait, h2d, compute, step) ms).
+    /// (condition index, run, its timed steps in order).
     pub runs: Vec<(usize, i64, Vec<StepTimes>)>,
 }
 
 impl<'a> ChartData<'a> {
-    pub fn new(raw: &Raw, analysis: &'a Analysis) -> Result<Self, String> {
+    pub fn new(raw: &Raw, analysis: &'a Analysis) -> Result<Self, ChartError> {
         let conditions: Vec<String> = analysis
             .conditions
             .iter()
             .map(|c| c.condition.clone())
             .collect();
-        let col = |n: &str| f64s(&raw.steps, n).map_err(e);
-        let run_col = col("run")?;
-        let step_col = col("step")?;
+        let col = |n: &str| f64s(&raw.steps, n).map_err(|m| ChartError(m.to_string()));
+        let run_col = col(column::RUN)?;
+        let step_col = col(column::STEP)?;
         let (w, h, c, s) = (
-            col("batch_wait_ms")?,
-            col("h2d_ms")?,
-            col("compute_ms")?,
-            col("step_ms")?,
+            col(column::BATCH_WAIT_MS)?,
+            col(column::H2D_MS)?,
+            col(column::COMPUTE_MS)?,
+            col(column::STEP_MS)?,
         );
         let mut runs = Vec::new();
         for r in &analysis.runs {
@@ -98,7 +112,15 @@ impl<'a> ChartData<'a> {
             };
             let mut rows: Vec<(f64, StepTimes)> = (0..run_col.len())
                 .filter(|&i| run_col[i] as i64 == r.run)
-                .map(|i| (step_col[i], [w[i], h[i], c[i], s[i]]))
+                .map(|i| {
+                    let times = StepTimes {
+                        batch_wait_ms: w[i],
+                        h2d_ms: h[i],
+                        compute_ms: c[i],
+                        step_ms: s[i],
+                    };
+                    (step_col[i], times)
+                })
                 .collect();
             rows.sort_by(|a, b| a.0.total_cmp(&b.0));
             runs.push((ci, r.run, rows.into_iter().map(|(_, v)| v).collect()));
@@ -127,12 +149,12 @@ macro_rules! render {
                 ImageFormat::Svg => {
                     let root = SVGBackend::new(&path, $size).into_drawing_area();
                     $draw(&root, $data)?;
-                    root.present().map_err(e)?;
+                    root.present()?;
                 }
                 ImageFormat::Png => {
                     let root = BitMapBackend::new(&path, $size).into_drawing_area();
                     $draw(&root, $data)?;
-                    root.present().map_err(e)?;
+                    root.present()?;
                 }
             }
             written.push(path);
@@ -146,10 +168,10 @@ pub fn draw_all(
     dir: &Path,
     formats: &[ImageFormat],
     data: &ChartData,
-) -> Result<Vec<(String, Vec<PathBuf>)>, String> {
+) -> Result<Vec<(String, Vec<PathBuf>)>, ChartError> {
     register_font();
     std::fs::create_dir_all(dir)
-        .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+        .map_err(|err| ChartError(format!("cannot create {}: {err}", dir.display())))?;
     let n = data.conditions.len().max(1) as u32;
     let legend = style::LEGEND_WIDTH;
     let wide = (900u32.max(160 * n + 200) + legend, 520u32);

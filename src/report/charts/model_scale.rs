@@ -7,9 +7,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::ChartData;
-use super::style::{
-    DrawResult, LABEL, Mark, TITLE, color, e, legend, mesh, plain, with_legend_panel,
-};
+use super::style::{DrawResult, LABEL, Mark, TITLE, color, legend, mesh, plain, with_legend_panel};
 use crate::analysis::{ModelScale, ScalePoint};
 
 /// Every worker count of the groups, ascending.
@@ -25,7 +23,7 @@ fn worker_counts(m: &ModelScale) -> Vec<u64> {
 }
 
 pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) -> DrawResult {
-    root.fill(&WHITE).map_err(e)?;
+    root.fill(&WHITE)?;
     let Some(m) = &d.analysis.model_scale else {
         return Ok(());
     };
@@ -87,25 +85,21 @@ fn draw_waits<DB: DrawingBackend>(
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(70)
-        .build_cartesian_2d((lo..hi).log_scale(), 0f64..wait_top)
-        .map_err(e)?;
+        .build_cartesian_2d((lo..hi).log_scale(), 0f64..wait_top)?;
     mesh!(top)
         .x_label_formatter(&plain)
         .y_label_formatter(&plain)
         .x_desc("compute per step, ms (log scale)")
         .y_desc("waiting share, %")
-        .draw()
-        .map_err(e)?;
+        .draw()?;
     for (k, w) in counts.iter().enumerate() {
         let pts: Vec<(f64, f64)> = series(m, *w)
             .iter()
             .map(|(x, p)| (*x, p.wait_share * 100.0))
             .collect();
         let c = color(k);
-        top.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-            .map_err(e)?;
-        top.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled())))
-            .map_err(e)?;
+        top.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?;
+        top.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled())))?;
     }
 
     // Each model setting named at its point of the fewest-workers line.
@@ -130,7 +124,7 @@ fn draw_waits<DB: DrawingBackend>(
                 label_font.clone(),
             )
         });
-    top.draw_series(labels).map_err(e)?;
+    top.draw_series(labels)?;
     Ok(())
 }
 
@@ -154,28 +148,22 @@ fn draw_speedups<DB: DrawingBackend>(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d((lo..hi).log_scale(), r_lo..r_hi)
-        .map_err(e)?;
+        .build_cartesian_2d((lo..hi).log_scale(), r_lo..r_hi)?;
     mesh!(bottom)
         .x_label_formatter(&plain)
         .y_label_formatter(&plain)
         .x_desc("compute per step, ms (log scale)")
         .y_desc("speed-up over fewest workers, ×")
-        .draw()
-        .map_err(e)?;
-    bottom
-        .draw_series([PathElement::new(
-            vec![(lo, 1.0), (hi, 1.0)],
-            BLACK.mix(0.6).stroke_width(1),
-        )])
-        .map_err(e)?;
-    bottom
-        .draw_series([Text::new(
-            "1× = no gain".to_string(),
-            (lo * 1.05, 1.0),
-            LABEL.into_font().color(&BLACK.mix(0.7)),
-        )])
-        .map_err(e)?;
+        .draw()?;
+    bottom.draw_series([PathElement::new(
+        vec![(lo, 1.0), (hi, 1.0)],
+        BLACK.mix(0.6).stroke_width(1),
+    )])?;
+    bottom.draw_series([Text::new(
+        "1× = no gain".to_string(),
+        (lo * 1.05, 1.0),
+        LABEL.into_font().color(&BLACK.mix(0.7)),
+    )])?;
     for (k, w) in counts.iter().enumerate() {
         let pts: Vec<(f64, &crate::analysis::Estimate)> = series(m, *w)
             .into_iter()
@@ -185,27 +173,19 @@ fn draw_speedups<DB: DrawingBackend>(
             continue;
         }
         let c = color(k);
-        bottom
-            .draw_series(LineSeries::new(
-                pts.iter().map(|(x, r)| (*x, r.point)),
-                c.stroke_width(2),
-            ))
-            .map_err(e)?;
-        bottom
-            .draw_series(
-                pts.iter()
-                    .map(|(x, r)| Circle::new((*x, r.point), 4, c.filled())),
-            )
-            .map_err(e)?;
-        bottom
-            .draw_series(
-                pts.iter()
-                    .filter(|(_, r)| r.low.is_finite() && r.high.is_finite())
-                    .map(|(x, r)| {
-                        PathElement::new(vec![(*x, r.low), (*x, r.high)], c.stroke_width(2))
-                    }),
-            )
-            .map_err(e)?;
+        bottom.draw_series(LineSeries::new(
+            pts.iter().map(|(x, r)| (*x, r.point)),
+            c.stroke_width(2),
+        ))?;
+        bottom.draw_series(
+            pts.iter()
+                .map(|(x, r)| Circle::new((*x, r.point), 4, c.filled())),
+        )?;
+        bottom.draw_series(
+            pts.iter()
+                .filter(|(_, r)| r.low.is_finite() && r.high.is_finite())
+                .map(|(x, r)| PathElement::new(vec![(*x, r.low), (*x, r.high)], c.stroke_width(2))),
+        )?;
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use plotters::prelude::*;
 
 use super::ChartData;
 use super::style::{
-    DrawResult, Mark, TITLE, WAIT, category_labels, e, legend, mesh, plain, with_legend_panel,
+    DrawResult, Mark, TITLE, WAIT, category_labels, legend, mesh, plain, with_legend_panel,
 };
 
 /// The barrier's colour: the waiting colour's neighbour, lighter.
@@ -57,7 +57,7 @@ pub fn width(d: &ChartData) -> u32 {
 }
 
 pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) -> DrawResult {
-    root.fill(&WHITE).map_err(e)?;
+    root.fill(&WHITE)?;
     let (plot, panel) = with_legend_panel(root);
     let bars = bars(d);
     let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
@@ -76,8 +76,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d(-0.6f64..(n - 0.4), 0f64..top)
-        .map_err(e)?;
+        .build_cartesian_2d(-0.6f64..(n - 0.4), 0f64..top)?;
     mesh!(chart)
         .disable_x_mesh()
         .x_labels(bars.len().max(1) * 2 + 1)
@@ -85,45 +84,36 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .y_label_formatter(&plain)
         .x_desc("rank (each condition's ranks under its name)")
         .y_desc("ms per step (median over its steps)")
-        .draw()
-        .map_err(e)?;
+        .draw()?;
     for (i, (_, wait, sync, straggler)) in bars.iter().enumerate() {
         let x = i as f64;
         let (wait, sync) = (wait.max(0.0), sync.max(0.0));
-        chart
-            .draw_series([
-                Rectangle::new([(x - 0.3, 0.0), (x + 0.3, wait)], WAIT.mix(0.8).filled()),
-                Rectangle::new([(x - 0.3, wait), (x + 0.3, wait + sync)], SYNC.filled()),
-            ])
-            .map_err(e)?;
+        chart.draw_series([
+            Rectangle::new([(x - 0.3, 0.0), (x + 0.3, wait)], WAIT.mix(0.8).filled()),
+            Rectangle::new([(x - 0.3, wait), (x + 0.3, wait + sync)], SYNC.filled()),
+        ])?;
         if *straggler {
-            chart
-                .draw_series([Rectangle::new(
-                    [(x - 0.34, 0.0), (x + 0.34, wait + sync)],
-                    BLACK.stroke_width(2),
-                )])
-                .map_err(e)?;
+            chart.draw_series([Rectangle::new(
+                [(x - 0.34, 0.0), (x + 0.34, wait + sync)],
+                BLACK.stroke_width(2),
+            )])?;
         }
     }
     // Each condition's name over its ranks, a line between conditions.
     let font = ("sans-serif", 14).into_font().color(&BLACK);
     for (k, (name, first, last)) in groups(d).iter().enumerate() {
         let centre = (*first + *last) as f64 / 2.0;
-        chart
-            .draw_series([Text::new(
-                name.clone(),
-                (centre - 0.3, top / 1.15 * 1.1),
-                font.clone(),
-            )])
-            .map_err(e)?;
+        chart.draw_series([Text::new(
+            name.clone(),
+            (centre - 0.3, top / 1.15 * 1.1),
+            font.clone(),
+        )])?;
         if k > 0 {
             let x = *first as f64 - 0.5;
-            chart
-                .draw_series([PathElement::new(
-                    vec![(x, 0.0), (x, top)],
-                    BLACK.mix(0.4).stroke_width(1),
-                )])
-                .map_err(e)?;
+            chart.draw_series([PathElement::new(
+                vec![(x, 0.0), (x, top)],
+                BLACK.mix(0.4).stroke_width(1),
+            )])?;
         }
     }
     legend(

@@ -6,7 +6,7 @@ use plotters::prelude::*;
 
 use super::ChartData;
 use super::style::{
-    DrawResult, Mark, TITLE, category_labels, color, e, legend, mesh, plain, with_legend_panel,
+    DrawResult, Mark, TITLE, category_labels, color, legend, mesh, plain, with_legend_panel,
 };
 
 /// Whether any condition has resource figures to draw.
@@ -19,7 +19,7 @@ pub fn drawn(d: &ChartData) -> bool {
 }
 
 pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) -> DrawResult {
-    root.fill(&WHITE).map_err(e)?;
+    root.fill(&WHITE)?;
     let (plot, panel) = with_legend_panel(root);
     let (top, bottom) = plot.split_vertically(plot.dim_in_pixel().1 / 2);
     let conds = &d.analysis.conditions;
@@ -51,28 +51,24 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(80)
-            .build_cartesian_2d(-0.6f64..(n - 0.4), 0f64..ceiling)
-            .map_err(e)?;
+            .build_cartesian_2d(-0.6f64..(n - 0.4), 0f64..ceiling)?;
         mesh!(chart)
             .disable_x_mesh()
             .x_labels(conds.len().max(1) * 2 + 1)
             .x_label_formatter(&category_labels(&d.conditions))
             .y_label_formatter(&plain)
             .y_desc(desc)
-            .draw()
-            .map_err(e)?;
+            .draw()?;
         for i in 0..conds.len() {
             let v = value(i, memory);
             if !v.is_finite() {
                 continue;
             }
             let x = i as f64;
-            chart
-                .draw_series([Rectangle::new(
-                    [(x - 0.3, 0.0), (x + 0.3, v)],
-                    color(i).mix(0.6).filled(),
-                )])
-                .map_err(e)?;
+            chart.draw_series([Rectangle::new(
+                [(x - 0.3, 0.0), (x + 0.3, v)],
+                color(i).mix(0.6).filled(),
+            )])?;
         }
     }
     let entries: Vec<(Mark, String)> = d

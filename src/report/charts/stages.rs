@@ -7,7 +7,7 @@ use plotters::prelude::*;
 
 use super::ChartData;
 use super::style::{
-    DrawResult, Mark, TITLE, category_labels, color, e, legend, mesh, plain, with_legend_panel,
+    DrawResult, Mark, TITLE, category_labels, color, legend, mesh, plain, with_legend_panel,
 };
 use crate::spans::QUEUE_FULL;
 
@@ -27,7 +27,7 @@ pub fn stage_names(d: &ChartData) -> Vec<String> {
 
 /// Horizontal bars, one row per stage (top down in pipeline order), one bar per condition.
 pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) -> DrawResult {
-    root.fill(&WHITE).map_err(e)?;
+    root.fill(&WHITE)?;
     let (plot, panel) = with_legend_panel(root);
     let names = stage_names(d);
     let profiled: Vec<(usize, &crate::analysis::ProfileSummary)> = d
@@ -58,8 +58,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(190)
-        .build_cartesian_2d(0f64..right, -0.6f64..(n as f64 - 0.4))
-        .map_err(e)?;
+        .build_cartesian_2d(0f64..right, -0.6f64..(n as f64 - 0.4))?;
     mesh!(chart)
         .disable_y_mesh()
         .y_labels(n.max(1) * 2 + 1)
@@ -67,8 +66,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .x_label_formatter(&plain)
         .x_desc("µs per image")
         .y_desc("stage")
-        .draw()
-        .map_err(e)?;
+        .draw()?;
     let k = profiled.len().max(1) as f64;
     let height = 0.8 / k;
     for (j, (ci, p)) in profiled.iter().enumerate() {
@@ -79,7 +77,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
                 color(*ci).mix(0.75).filled(),
             ))
         });
-        chart.draw_series(bars).map_err(e)?;
+        chart.draw_series(bars)?;
     }
     let entries: Vec<(Mark, String)> = profiled
         .iter()

@@ -45,11 +45,19 @@ pub fn color(i: usize) -> RGBColor {
     COLORS[i % COLORS.len()]
 }
 
-pub type DrawResult = Result<(), String>;
+/// A chart that could not be drawn or written, with the reason (the drawing back end's, or
+/// the missing column's).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ChartError(pub String);
 
-pub fn e<E: std::fmt::Display>(err: E) -> String {
-    err.to_string()
+impl<E: std::error::Error + Send + Sync> From<DrawingAreaErrorKind<E>> for ChartError {
+    fn from(err: DrawingAreaErrorKind<E>) -> Self {
+        ChartError(err.to_string())
+    }
 }
+
+pub type DrawResult = Result<(), ChartError>;
 
 /// The mesh of every chart: a light grid (faint minor lines, slightly darker major ones) and
 /// the shared label fonts. A macro because plotters' mesh type carries the axis types.
@@ -133,28 +141,62 @@ pub fn legend<DB: DrawingBackend>(
         let y = 60 + 24 * k as i32;
         let x = 12;
         match *mark {
-            Mark::Bar(c) => panel
-                .draw(&Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()))
-                .map_err(e)?,
-            Mark::Dot(c) => panel
-                .draw(&Circle::new((x + 7, y), 4, c.filled()))
-                .map_err(e)?,
-            Mark::Line(c) => panel
-                .draw(&PathElement::new(
-                    vec![(x, y), (x + 16, y)],
-                    c.stroke_width(3),
-                ))
-                .map_err(e)?,
-            Mark::Whisker => panel
-                .draw(&PathElement::new(
-                    vec![(x + 7, y - 7), (x + 7, y + 7)],
-                    BLACK.stroke_width(2),
-                ))
-                .map_err(e)?,
+            Mark::Bar(c) => {
+                panel.draw(&Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()))?
+            }
+            Mark::Dot(c) => panel.draw(&Circle::new((x + 7, y), 4, c.filled()))?,
+            Mark::Line(c) => panel.draw(&PathElement::new(
+                vec![(x, y), (x + 16, y)],
+                c.stroke_width(3),
+            ))?,
+            Mark::Whisker => panel.draw(&PathElement::new(
+                vec![(x + 7, y - 7), (x + 7, y + 7)],
+                BLACK.stroke_width(2),
+            ))?,
         }
-        panel
-            .draw(&Text::new(text.clone(), (x + 24, y - 8), font.clone()))
-            .map_err(e)?;
+        panel.draw(&Text::new(text.clone(), (x + 24, y - 8), font.clone()))?;
     }
     Ok(())
 }
+/// The set-up every step-time chart shares (the runs' step times, a profiled trace's steps): a
+/// white ground, the legend panel, x the step index over the longest series, y from 0 to a
+/// tenth above the largest finite value, the caption, the grid and integer step labels.
+/// Returns the chart and the legend panel.
+pub fn step_chart<'a, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    caption: &str,
+    x_desc: &str,
+    y_desc: &str,
+    lengths: impl Iterator<Item = usize>,
+    values: impl Iterator<Item = f64>,
+) -> Result<(StepChart<'a, DB>, DrawingArea<DB, Shift>), ChartError> {
+    root.fill(&WHITE)?;
+    let (plot, panel) = with_legend_panel(root);
+    let steps = lengths.max().unwrap_or(1).max(2);
+    let top = values.filter(|v| v.is_finite()).fold(1e-3, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(&plot)
+        .caption(caption, TITLE)
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..(steps - 1) as f64, 0f64..top)?;
+    mesh!(chart)
+        // At most one label per step: integer ticks only.
+        .x_labels(steps.min(11))
+        .x_label_formatter(&integer)
+        .y_label_formatter(&plain)
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .draw()?;
+    Ok((chart, panel))
+}
+
+/// A chart over step indices and milliseconds.
+pub type StepChart<'a, DB> = ChartContext<
+    'a,
+    DB,
+    plotters::coord::cartesian::Cartesian2d<
+        plotters::coord::types::RangedCoordf64,
+        plotters::coord::types::RangedCoordf64,
+    >,
+>;

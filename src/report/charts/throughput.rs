@@ -5,11 +5,11 @@ use plotters::prelude::*;
 
 use super::ChartData;
 use super::style::{
-    DrawResult, Mark, TITLE, category_labels, color, e, legend, mesh, per_second, with_legend_panel,
+    DrawResult, Mark, TITLE, category_labels, color, legend, mesh, per_second, with_legend_panel,
 };
 
 pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) -> DrawResult {
-    root.fill(&WHITE).map_err(e)?;
+    root.fill(&WHITE)?;
     let (plot, panel) = with_legend_panel(root);
     let conds = &d.analysis.conditions;
     let top = conds
@@ -24,8 +24,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(80)
-        .build_cartesian_2d(-0.6f64..(n - 0.4), 0f64..top)
-        .map_err(e)?;
+        .build_cartesian_2d(-0.6f64..(n - 0.4), 0f64..top)?;
     mesh!(chart)
         .disable_x_mesh()
         .x_labels(conds.len().max(1) * 2 + 1)
@@ -33,16 +32,13 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .y_label_formatter(&per_second)
         .x_desc("condition")
         .y_desc("images per second")
-        .draw()
-        .map_err(e)?;
+        .draw()?;
     for (i, c) in conds.iter().enumerate() {
         let x = i as f64;
-        chart
-            .draw_series([Rectangle::new(
-                [(x - 0.3, 0.0), (x + 0.3, c.img_per_s.point)],
-                color(i).mix(0.55).filled(),
-            )])
-            .map_err(e)?;
+        chart.draw_series([Rectangle::new(
+            [(x - 0.3, 0.0), (x + 0.3, c.img_per_s.point)],
+            color(i).mix(0.55).filled(),
+        )])?;
         let dots: Vec<f64> = d
             .analysis
             .runs
@@ -51,24 +47,20 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
             .map(|r| r.img_per_s)
             .collect();
         let k = dots.len().max(1) as f64;
-        chart
-            .draw_series(dots.iter().enumerate().map(|(j, v)| {
-                Circle::new(
-                    (x - 0.15 + 0.3 * (j as f64 + 0.5) / k, *v),
-                    4,
-                    BLACK.filled(),
-                )
-            }))
-            .map_err(e)?;
+        chart.draw_series(dots.iter().enumerate().map(|(j, v)| {
+            Circle::new(
+                (x - 0.15 + 0.3 * (j as f64 + 0.5) / k, *v),
+                4,
+                BLACK.filled(),
+            )
+        }))?;
         let (lo, hi) = (c.img_per_s.low, c.img_per_s.high);
         if lo.is_finite() && hi.is_finite() {
-            chart
-                .draw_series([
-                    PathElement::new(vec![(x, lo), (x, hi)], BLACK.stroke_width(2)),
-                    PathElement::new(vec![(x - 0.08, lo), (x + 0.08, lo)], BLACK.stroke_width(2)),
-                    PathElement::new(vec![(x - 0.08, hi), (x + 0.08, hi)], BLACK.stroke_width(2)),
-                ])
-                .map_err(e)?;
+            chart.draw_series([
+                PathElement::new(vec![(x, lo), (x, hi)], BLACK.stroke_width(2)),
+                PathElement::new(vec![(x - 0.08, lo), (x + 0.08, lo)], BLACK.stroke_width(2)),
+                PathElement::new(vec![(x - 0.08, hi), (x + 0.08, hi)], BLACK.stroke_width(2)),
+            ])?;
         }
     }
     let mut entries: Vec<(Mark, String)> = d

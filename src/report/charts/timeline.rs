@@ -3,19 +3,19 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::ChartData;
 use super::style::{
-    COMPUTE, DrawResult, H2D, Mark, TITLE, WAIT, category_labels, e, legend, mesh, plain,
+    COMPUTE, DrawResult, H2D, Mark, TITLE, WAIT, category_labels, legend, mesh, plain,
     with_legend_panel,
 };
+use super::{ChartData, StepTimes};
 
 /// Steps shown per condition.
 pub const STEPS: usize = 5;
 
 pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) -> DrawResult {
-    root.fill(&WHITE).map_err(e)?;
+    root.fill(&WHITE)?;
     let (plot, panel) = with_legend_panel(root);
-    let firsts: Vec<Option<&Vec<[f64; 4]>>> = (0..d.conditions.len())
+    let firsts: Vec<Option<&Vec<StepTimes>>> = (0..d.conditions.len())
         .map(|ci| {
             d.runs
                 .iter()
@@ -29,7 +29,7 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .map(|rows| {
             rows.iter()
                 .take(STEPS)
-                .map(|r| r[0] + r[1] + r[2])
+                .map(|r| r.segments().iter().sum::<f64>())
                 .sum::<f64>()
         })
         .fold(1e-3, f64::max)
@@ -43,16 +43,14 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(150)
-        .build_cartesian_2d(0f64..total, -0.6f64..(n - 0.4))
-        .map_err(e)?;
+        .build_cartesian_2d(0f64..total, -0.6f64..(n - 0.4))?;
     mesh!(chart)
         .disable_y_mesh()
         .y_labels(d.conditions.len().max(1) * 2 + 1)
         .y_label_formatter(&category_labels(&d.conditions))
         .x_label_formatter(&plain)
         .x_desc("time from the first timed batch request, ms")
-        .draw()
-        .map_err(e)?;
+        .draw()?;
     const STAGES: [(RGBColor, &str); 3] = [
         (WAIT, "batch_wait"),
         (H2D, "h2d"),
@@ -63,21 +61,17 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
         let y = ci as f64;
         let mut t = 0.0;
         for r in rows.iter().take(STEPS) {
-            for (len, (col, _)) in r.iter().zip(STAGES) {
-                chart
-                    .draw_series([Rectangle::new(
-                        [(t, y - 0.3), (t + len, y + 0.3)],
-                        col.filled(),
-                    )])
-                    .map_err(e)?;
+            for (len, (col, _)) in r.segments().into_iter().zip(STAGES) {
+                chart.draw_series([Rectangle::new(
+                    [(t, y - 0.3), (t + len, y + 0.3)],
+                    col.filled(),
+                )])?;
                 t += len;
             }
-            chart
-                .draw_series([PathElement::new(
-                    vec![(t, y - 0.38), (t, y + 0.38)],
-                    BLACK.stroke_width(1),
-                )])
-                .map_err(e)?;
+            chart.draw_series([PathElement::new(
+                vec![(t, y - 0.38), (t, y + 0.38)],
+                BLACK.stroke_width(1),
+            )])?;
         }
     }
     let mut entries: Vec<(Mark, String)> = STAGES

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaView};
 use candle_core::cuda_backend::{CudaStorage, DeviceId};
 
-use super::cuda::OncePerDevice;
+use super::OncePerDevice;
 use candle_core::{CpuStorage, CudaDevice, CustomOp2, Device, Layout, Result, Shape, Tensor, Var};
 use cudarc::cudnn::{
     ConvBackwardData, ConvBackwardFilter, ConvDescriptor, ConvForward, Cudnn, FilterDescriptor,

@@ -15,12 +15,45 @@ use candle_core::cuda::cudarc::driver::{CudaContext, CudaEvent, CudaStream, Pinn
 use candle_core::op::BackpropOp;
 use candle_core::{CudaDevice, CudaStorage, Device, Result, Storage, Tensor};
 
-use super::clock::StepMarks;
+use super::marks::StepMarks;
 use crate::loader::{Batch, HostBlock, HostMemory};
 
-fn cuda_err(e: impl std::fmt::Debug) -> candle_core::Error {
-    candle_core::Error::Msg(format!("CUDA: {e:?}"))
+pub(super) mod conv;
+pub(super) mod optim;
+pub(super) mod pool;
+mod stand_in;
+
+pub use stand_in::CudaStandIn;
+
+/// A CUDA driver error or a failed check of one of loaderlab's CUDA parts, as candle's error,
+/// named by the part (each file's `PART`): the one error helper of the CUDA room.
+pub(super) fn cuda_err(part: &str, e: impl std::fmt::Debug) -> candle_core::Error {
+    candle_core::Error::Msg(format!("{part}: {e:?}"))
 }
+
+/// Load one of loaderlab's own PTX modules (built with the crate by `build.rs`) on `dev`'s
+/// context and take the kernels `names` from it: the one PTX loader of the CUDA room (max
+/// pooling goes through candle's per-device module cache instead, which loads on first use).
+pub(super) fn load_kernels<const N: usize>(
+    dev: &CudaDevice,
+    ptx: &'static str,
+    names: [&str; N],
+    part: &str,
+) -> Result<[candle_core::cuda::cudarc::driver::CudaFunction; N]> {
+    let module = dev
+        .cuda_stream()
+        .context()
+        .load_module(candle_core::cuda::cudarc::nvrtc::Ptx::from_src(ptx))
+        .map_err(|e| cuda_err(part, e))?;
+    let mut out = Vec::with_capacity(N);
+    for name in names {
+        out.push(module.load_function(name).map_err(|e| cuda_err(part, e))?);
+    }
+    out.try_into().map_err(|_| cuda_err(part, "kernel count"))
+}
+
+/// What a CUDA error from this file names as the part that failed.
+const PART: &str = "CUDA";
 
 /// A CUDA device on a stream of its own, without cudarc's per-buffer event tracking.
 ///
@@ -51,7 +84,7 @@ pub fn describe(device: &Device) -> Option<String> {
 /// TF32 for f32 matrix products and cuDNN's convolutions: off unless `device.tf32 = true`.
 pub fn set_tf32(on: bool) {
     candle_core::cuda::set_gemm_reduced_precision_f32(on);
-    super::cuda_conv::set_tf32(on);
+    conv::set_tf32(on);
 }
 
 fn cuda_device(device: &Device) -> Option<&CudaDevice> {
@@ -127,8 +160,10 @@ pub fn images_to_device(batch: &Batch, device: &Device) -> Result<Option<Tensor>
     let capacity = pinned.0.len() / per_image;
     let stream = dev.cuda_stream();
     // SAFETY: every element is written by the copy queued next on the same stream.
-    let mut dst = unsafe { stream.alloc::<f32>(pinned.0.len()) }.map_err(cuda_err)?;
-    stream.memcpy_htod(&pinned.0, &mut dst).map_err(cuda_err)?;
+    let mut dst = unsafe { stream.alloc::<f32>(pinned.0.len()) }.map_err(|e| cuda_err(PART, e))?;
+    stream
+        .memcpy_htod(&pinned.0, &mut dst)
+        .map_err(|e| cuda_err(PART, e))?;
     let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(dst, dev.clone()));
     let block = Tensor::from_storage(
         storage,
@@ -163,7 +198,7 @@ impl LabelRing {
     }
 
     pub fn upload(&self, labels: &[u32], device: &Device) -> Result<Tensor> {
-        let dev = cuda_device(device).ok_or_else(|| cuda_err("not a CUDA device"))?;
+        let dev = cuda_device(device).ok_or_else(|| cuda_err(PART, "not a CUDA device"))?;
         let n = labels.len();
         let mut guard = self
             .ring
@@ -175,7 +210,7 @@ impl LabelRing {
         if ring.len() <= slot || ring[slot].len() != n {
             // SAFETY: every element is written just below before the copy reads it.
             let fresh = unsafe { self.context.alloc_pinned_with_flags::<u32>(n.max(1), 0) }
-                .map_err(cuda_err)?;
+                .map_err(|e| cuda_err(PART, e))?;
             if ring.len() <= slot {
                 ring.push(fresh);
             } else {
@@ -183,11 +218,14 @@ impl LabelRing {
             }
         }
         let staging = &mut ring[slot];
-        staging.as_mut_slice().map_err(cuda_err)?[..n].copy_from_slice(labels);
+        staging.as_mut_slice().map_err(|e| cuda_err(PART, e))?[..n].copy_from_slice(labels);
         let stream = dev.cuda_stream();
         // SAFETY: every element is written by the copy queued next on the same stream.
-        let mut dst = unsafe { stream.alloc::<u32>(staging.len()) }.map_err(cuda_err)?;
-        stream.memcpy_htod(&*staging, &mut dst).map_err(cuda_err)?;
+        let mut dst =
+            unsafe { stream.alloc::<u32>(staging.len()) }.map_err(|e| cuda_err(PART, e))?;
+        stream
+            .memcpy_htod(&*staging, &mut dst)
+            .map_err(|e| cuda_err(PART, e))?;
         let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(dst, dev.clone()));
         let t = Tensor::from_storage(storage, staging.len(), BackpropOp::none(), false);
         if n == staging.len() {
@@ -231,18 +269,19 @@ pub fn keep_pool_memory(device: &Device) -> Result<Option<String>> {
         return Ok(None);
     };
     let ctx = dev.cuda_stream().context().clone();
-    ctx.bind_to_thread().map_err(cuda_err)?;
+    ctx.bind_to_thread().map_err(|e| cuda_err(PART, e))?;
     let mut threshold: u64 = u64::MAX;
     // SAFETY: the CUdevice comes from the live context bound above; the release threshold
     // attribute takes a cuuint64_t, which `threshold` is, alive for the call.
     unsafe {
-        let pool = result::device::get_default_mem_pool(ctx.cu_device()).map_err(cuda_err)?;
+        let pool =
+            result::device::get_default_mem_pool(ctx.cu_device()).map_err(|e| cuda_err(PART, e))?;
         result::mem_pool::set_attribute(
             pool,
             sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
             (&mut threshold as *mut u64).cast(),
         )
-        .map_err(cuda_err)?;
+        .map_err(|e| cuda_err(PART, e))?;
     }
     Ok(Some(
         "default memory pool: release threshold set to the maximum (freed memory stays in the \
@@ -271,7 +310,7 @@ impl EventClock {
     fn record(&self) -> Result<CudaEvent> {
         self.stream
             .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(cuda_err)
+            .map_err(|e| cuda_err(PART, e))
     }
 
     /// Start of a window; call with the stream idle (after a synchronise), so the anchor's
@@ -279,7 +318,7 @@ impl EventClock {
     pub fn anchor(&mut self) -> Result<()> {
         self.marks.clear();
         let anchor = self.record()?;
-        anchor.synchronize().map_err(cuda_err)?;
+        anchor.synchronize().map_err(|e| cuda_err(PART, e))?;
         self.anchor = Some(anchor);
         Ok(())
     }
@@ -297,7 +336,12 @@ impl EventClock {
         };
         let mut out = Vec::with_capacity(self.marks.len() / 3);
         for m in self.marks.chunks_exact(3) {
-            let at = |e: &CudaEvent| anchor.elapsed_ms(e).map(f64::from).map_err(cuda_err);
+            let at = |e: &CudaEvent| {
+                anchor
+                    .elapsed_ms(e)
+                    .map(f64::from)
+                    .map_err(|e| cuda_err(PART, e))
+            };
             out.push(StepMarks {
                 copy_start_ms: at(&m[0])?,
                 compute_start_ms: at(&m[1])?,

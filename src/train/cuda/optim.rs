@@ -18,23 +18,21 @@ use std::sync::Arc;
 use candle_core::cuda::cudarc::driver::{
     CudaFunction, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
-use candle_core::cuda::cudarc::nvrtc::Ptx;
 use candle_core::{DType, Device, Result, Storage, Tensor};
 
-use super::cuda::OncePerDevice;
 use super::fused::{
     AdamArgs, CHUNK, MAX_TENSORS, Rule, SgdArgs, TensorList, check_buffers, check_disjoint,
 };
+use super::{OncePerDevice, cuda_err, load_kernels};
 use crate::config::{OptimizerKind, OptimizerSection};
 use crate::train::Optimizer;
+
+/// What a CUDA error from this file names as the part that failed.
+const PART: &str = "fused optimizer";
 
 /// The kernels (`kernels/optim.cu`), built to PTX with the crate.
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/optim.ptx"));
 const THREADS: u32 = 256;
-
-fn cuda_err(e: impl std::fmt::Debug) -> candle_core::Error {
-    candle_core::Error::Msg(format!("fused optimizer: {e:?}"))
-}
 
 // SAFETY: plain old data with optim.cu's layout (`#[repr(C)]`, size tested in fused.rs),
 // passed to the kernel by value.
@@ -88,17 +86,13 @@ impl Fused {
 
     fn load(device: &Device) -> Result<Fused> {
         let Device::Cuda(dev) = device else {
-            return Err(cuda_err("not a CUDA device"));
+            return Err(cuda_err(PART, "not a CUDA device"));
         };
-        let stream = dev.cuda_stream();
-        let module = stream
-            .context()
-            .load_module(Ptx::from_src(PTX))
-            .map_err(cuda_err)?;
+        let [adam, sgd] = load_kernels(dev, PTX, ["fused_adam", "fused_sgd"], PART)?;
         Ok(Fused {
-            adam: module.load_function("fused_adam").map_err(cuda_err)?,
-            sgd: module.load_function("fused_sgd").map_err(cuda_err)?,
-            stream,
+            adam,
+            sgd,
+            stream: dev.cuda_stream(),
             device: device.clone(),
         })
     }
@@ -123,10 +117,10 @@ impl Fused {
                 list.n[i] = n as u64;
                 list.first_block[i] = blocks as u32;
                 blocks += (n as u64).div_ceil(CHUNK);
-                list.first_block[i + 1] = u32::try_from(blocks).map_err(cuda_err)?;
+                list.first_block[i + 1] = u32::try_from(blocks).map_err(|e| cuda_err(PART, e))?;
             }
-            check_disjoint(&list).map_err(cuda_err)?;
-            check_buffers(&list, rule).map_err(cuda_err)?;
+            check_disjoint(&list).map_err(|e| cuda_err(PART, e))?;
+            check_buffers(&list, rule).map_err(|e| cuda_err(PART, e))?;
             if blocks == 0 {
                 continue;
             }
@@ -154,7 +148,7 @@ impl Fused {
                     unsafe { b.launch(cfg) }
                 }
             };
-            launched.map_err(cuda_err)?;
+            launched.map_err(|e| cuda_err(PART, e))?;
         }
         Ok(())
     }
@@ -164,22 +158,28 @@ impl Fused {
     fn pointer(&self, t: &Tensor, n: usize, what: &str) -> Result<u64> {
         let (storage, layout) = t.storage_and_layout();
         let Storage::Cuda(cs) = &*storage else {
-            return Err(cuda_err(format!("the {what} is not on a CUDA device")));
+            return Err(cuda_err(
+                PART,
+                format!("the {what} is not on a CUDA device"),
+            ));
         };
         if !t.device().same_device(&self.device)
             || t.dtype() != DType::F32
             || !layout.is_contiguous()
             || t.elem_count() != n
         {
-            return Err(cuda_err(format!(
-                "the {what} is not {n} contiguous f32 on this device ({:?}, {} elements)",
-                t.dtype(),
-                t.elem_count()
-            )));
+            return Err(cuda_err(
+                PART,
+                format!(
+                    "the {what} is not {n} contiguous f32 on this device ({:?}, {} elements)",
+                    t.dtype(),
+                    t.elem_count()
+                ),
+            ));
         }
         let slice = cs.as_cuda_slice::<f32>()?;
         if layout.start_offset() + n > slice.len() {
-            return Err(cuda_err(format!("the {what} runs past its buffer")));
+            return Err(cuda_err(PART, format!("the {what} runs past its buffer")));
         }
         let (base, _sync) = slice.device_ptr(&self.stream);
         Ok(base + 4 * layout.start_offset() as u64)
@@ -215,9 +215,10 @@ impl Fused {
             };
             let worst = Optimizer::agreement(&self.device, &settings, &sizes, self)?;
             if worst.is_nan() || worst > 4e-6 {
-                return Err(cuda_err(format!(
-                    "{name}: differs from candle's path by {worst:e} (relative)"
-                )));
+                return Err(cuda_err(
+                    PART,
+                    format!("{name}: differs from candle's path by {worst:e} (relative)"),
+                ));
             }
         }
         Ok(())

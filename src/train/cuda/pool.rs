@@ -9,20 +9,19 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use super::cuda::OncePerDevice;
+use super::{OncePerDevice, cuda_err};
 
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaStorage;
 use candle_core::{CpuStorage, CustomOp1, Device, Layout, Result, Shape, Tensor, Var};
 
+/// What a CUDA error from this file names as the part that failed.
+const PART: &str = "max pooling kernel";
+
 /// The kernels (`kernels/pool.cu`), built to PTX with the crate.
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/pool.ptx"));
 const MODULE: &str = "loaderlab_pool";
 const THREADS: u32 = 256;
-
-fn cuda_err(e: impl std::fmt::Debug) -> candle_core::Error {
-    candle_core::Error::Msg(format!("max pooling kernel: {e:?}"))
-}
 
 /// The pooling window: k×k, stride 2, padding `pad` (2×2 with 0, or ResNet's 3×3 with 1).
 #[derive(Debug, Clone, Copy)]
@@ -118,7 +117,7 @@ fn launch(
     // SAFETY: the arguments are the kernel's, in order — forward (x, y, arg, dims…), backward
     // (gy, arg, gx, dims…) — and the callers size every buffer from the same dims: x and gx
     // hold planes·h·w floats, y, gy and arg planes·oh·ow; the kernels index nothing else.
-    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err(PART, e))?;
     Ok(())
 }
 
@@ -128,13 +127,13 @@ impl CustomOp1 for MaxPool {
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        Err(cuda_err("the pooling kernels run on CUDA only"))
+        Err(cuda_err(PART, "the pooling kernels run on CUDA only"))
     }
 
     fn cuda_fwd(&self, storage: &CudaStorage, layout: &Layout) -> Result<(CudaStorage, Shape)> {
         let (n, c, h, w) = layout.shape().dims4()?;
         if !layout.is_contiguous() {
-            return Err(cuda_err("the input is not contiguous"));
+            return Err(cuda_err(PART, "the input is not contiguous"));
         }
         let (oh, ow) = (self.window.out(h), self.window.out(w));
         let planes = (n * c) as u64;
@@ -168,7 +167,7 @@ impl CustomOp1 for MaxPool {
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
         let guard = self.argmax.lock().unwrap_or_else(PoisonError::into_inner);
         let Some((argmax, input)) = guard.as_ref() else {
-            return Err(cuda_err("backward before forward"));
+            return Err(cuda_err(PART, "backward before forward"));
         };
         let back = MaxPoolBack {
             window: self.window,
@@ -192,21 +191,24 @@ impl CustomOp1 for MaxPoolBack<'_> {
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        Err(cuda_err("the pooling kernels run on CUDA only"))
+        Err(cuda_err(PART, "the pooling kernels run on CUDA only"))
     }
 
     fn cuda_fwd(&self, storage: &CudaStorage, layout: &Layout) -> Result<(CudaStorage, Shape)> {
         let (n, c, h, w) = self.input.dims4()?;
         let (oh, ow) = (self.window.out(h), self.window.out(w));
         if layout.dims() != [n, c, oh, ow] || !layout.is_contiguous() {
-            return Err(cuda_err(format!(
-                "the output gradient is {:?}, not ({n}, {c}, {oh}, {ow}) contiguous",
-                layout.dims()
-            )));
+            return Err(cuda_err(
+                PART,
+                format!(
+                    "the output gradient is {:?}, not ({n}, {c}, {oh}, {ow}) contiguous",
+                    layout.dims()
+                ),
+            ));
         }
         let planes = (n * c) as u64;
         if self.argmax.len() as u64 != planes * (oh * ow) as u64 {
-            return Err(cuda_err("the argmax does not match the gradient"));
+            return Err(cuda_err(PART, "the argmax does not match the gradient"));
         }
         let dev = &storage.device;
         let gy = storage.as_cuda_slice::<f32>()?;
@@ -265,13 +267,16 @@ fn check(device: &Device) -> Result<()> {
             };
             let (Some(ga), Some(gb)) = (g_ours.get(x.as_tensor()), g_theirs.get(x.as_tensor()))
             else {
-                return Err(cuda_err("no input gradient"));
+                return Err(cuda_err(PART, "no input gradient"));
             };
             if !same(&ours, &theirs)? || !same(ga, gb)? {
-                return Err(cuda_err(format!(
-                    "{}×{} pooling of a {h}×{w} plane differs from candle's path",
-                    window.k, window.k
-                )));
+                return Err(cuda_err(
+                    PART,
+                    format!(
+                        "{}×{} pooling of a {h}×{w} plane differs from candle's path",
+                        window.k, window.k
+                    ),
+                ));
             }
         }
     }

@@ -11,8 +11,12 @@
 
 use candle_core::cuda::cudarc::driver::sys::CUevent_flags;
 use candle_core::cuda::cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
-use candle_core::cuda::cudarc::nvrtc::Ptx;
 use candle_core::{CudaDevice, Device, Result, Storage, Tensor};
+
+use super::{cuda_err, load_kernels};
+
+/// What a CUDA error from this file names as the part that failed.
+const PART: &str = "CUDA stand-in step";
 
 /// The kernel (`kernels/stand_in.cu`), built to PTX with the crate.
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/stand_in.ptx"));
@@ -21,10 +25,6 @@ const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/stand_in.ptx"));
 /// blocks start together and the kernel lasts about `ns`).
 const THREADS: u32 = 256;
 const MAX_BLOCKS: u64 = 128;
-
-fn cuda_err(e: impl std::fmt::Debug) -> candle_core::Error {
-    candle_core::Error::Msg(format!("CUDA stand-in step: {e:?}"))
-}
 
 /// The stand-in step's kernel on one device.
 pub struct CudaStandIn {
@@ -42,15 +42,13 @@ impl CudaStandIn {
     /// `step_ms`.
     pub fn new(device: &Device, step_ms: f64) -> Result<CudaStandIn> {
         let Device::Cuda(dev) = device else {
-            return Err(cuda_err("not a CUDA device"));
+            return Err(cuda_err(PART, "not a CUDA device"));
         };
         let stream = dev.cuda_stream();
-        let module = stream
-            .context()
-            .load_module(Ptx::from_src(PTX))
-            .map_err(cuda_err)?;
-        let func = module.load_function("stand_in_step").map_err(cuda_err)?;
-        let checksum = stream.alloc_zeros::<u32>(1).map_err(cuda_err)?;
+        let [func] = load_kernels(dev, PTX, ["stand_in_step"], PART)?;
+        let checksum = stream
+            .alloc_zeros::<u32>(1)
+            .map_err(|e| cuda_err(PART, e))?;
         let mut s = CudaStandIn {
             on: device.clone(),
             device: dev.clone(),
@@ -70,10 +68,10 @@ impl CudaStandIn {
     /// Queue one step: read `n` floats of `data`, then hold the device for `ns`.
     fn launch(&mut self, data: &CudaSlice<f32>, n: u64, ns: u64) -> Result<()> {
         if n > data.len() as u64 {
-            return Err(cuda_err(format!(
-                "{n} elements asked of a buffer of {}",
-                data.len()
-            )));
+            return Err(cuda_err(
+                PART,
+                format!("{n} elements asked of a buffer of {}", data.len()),
+            ));
         }
         let stream = self.device.cuda_stream();
         let blocks = n.div_ceil(THREADS as u64).clamp(1, MAX_BLOCKS) as u32;
@@ -87,7 +85,7 @@ impl CudaStandIn {
         // SAFETY: the arguments match the kernel's signature (const float*, u64, u64, u32*) in
         // order; it reads `n` floats of `data`, which holds at least `n` (checked above), and
         // atomically adds to the one u32 of `checksum`.
-        unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+        unsafe { b.launch(cfg) }.map_err(|e| cuda_err(PART, e))?;
         Ok(())
     }
 
@@ -95,10 +93,10 @@ impl CudaStandIn {
     pub fn step(&mut self, images: &Tensor) -> Result<()> {
         let (storage, layout) = images.storage_and_layout();
         let Storage::Cuda(cs) = &*storage else {
-            return Err(cuda_err("the batch is not on the CUDA device"));
+            return Err(cuda_err(PART, "the batch is not on the CUDA device"));
         };
         if layout.start_offset() != 0 || !layout.is_contiguous() {
-            return Err(cuda_err("the batch is not one contiguous buffer"));
+            return Err(cuda_err(PART, "the batch is not one contiguous buffer"));
         }
         let slice = cs.as_cuda_slice::<f32>()?;
         // A narrowed last batch reads its own images: the first `elem_count` floats.
@@ -112,24 +110,31 @@ impl CudaStandIn {
         let host: Vec<f32> = (0..4096).map(|i| i as f32 * 0.5 - 7.0).collect();
         let want = host.iter().fold(0u32, |s, v| s.wrapping_add(v.to_bits()));
         let stream = self.device.cuda_stream();
-        let data = stream.clone_htod(&host).map_err(cuda_err)?;
-        stream.memset_zeros(&mut self.checksum).map_err(cuda_err)?;
+        let data = stream.clone_htod(&host).map_err(|e| cuda_err(PART, e))?;
+        stream
+            .memset_zeros(&mut self.checksum)
+            .map_err(|e| cuda_err(PART, e))?;
         let event = || {
             stream
                 .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(cuda_err)
+                .map_err(|e| cuda_err(PART, e))
         };
         let start = event()?;
         self.launch(&data, host.len() as u64, 2_000_000)?;
         let end = event()?;
-        end.synchronize().map_err(cuda_err)?;
-        let ms = start.elapsed_ms(&end).map_err(cuda_err)?;
-        let got = stream.clone_dtoh(&self.checksum).map_err(cuda_err)?;
+        end.synchronize().map_err(|e| cuda_err(PART, e))?;
+        let ms = start.elapsed_ms(&end).map_err(|e| cuda_err(PART, e))?;
+        let got = stream
+            .clone_dtoh(&self.checksum)
+            .map_err(|e| cuda_err(PART, e))?;
         if got.first() != Some(&want) || !(1.8..50.0).contains(&ms) {
-            return Err(cuda_err(format!(
-                "the kernel failed its check (checksum {got:?}, the host's {want}; 2 ms took \
+            return Err(cuda_err(
+                PART,
+                format!(
+                    "the kernel failed its check (checksum {got:?}, the host's {want}; 2 ms took \
                  {ms:.3} ms on CUDA events): not used"
-            )));
+                ),
+            ));
         }
         Ok(())
     }
