@@ -62,35 +62,9 @@ pub mod analysis;
 // Figures → report.md, charts and result.json.
 pub mod report;
 
-// Run → report → promote: an experiment to a finished results folder.
-pub mod execute;
-
-// Every figure recomputed and checked.
-pub mod verify;
-
-// The search for the cheapest setting within noise of the best.
-pub mod tune;
-
-// Two results folders side by side, with regression gates.
-pub mod compare;
-
-// Task folders → one results folder.
-pub mod merge;
-
-// A user's torch.profiler trace, read in the report's terms.
-pub mod diagnose;
-
-// The plan as a Slurm job array.
-pub mod slurm;
-
-// Speed claims, measured.
-pub mod bench;
-
-/// Every model kind and optimizer on a device against a reference (`loaderlab selftest`).
-pub mod selftest;
-
-// What the transforms do, as files.
-pub mod preview;
+// What the subcommands do, each over the layers above: run → report → promote, verify,
+// tune, compare, merge, diagnose, slurm, bench, selftest, preview.
+pub mod commands;
 
 // The command line.
 pub mod cli;

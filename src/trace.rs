@@ -212,8 +212,21 @@ fn unreadable(path: &Path, message: String) -> ResultsError {
     }
 }
 
-/// A complete span of a trace: (thread id, name, start µs, end µs).
-pub type Span = (u64, String, f64, f64);
+/// A complete span of a trace, on the trace's clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Span {
+    /// The thread (track) it ran on.
+    pub tid: u64,
+    pub name: String,
+    pub start_us: f64,
+    pub end_us: f64,
+}
+
+impl Span {
+    pub fn duration_ms(&self) -> f64 {
+        (self.end_us - self.start_us) / 1e3
+    }
+}
 
 /// Parse a Chrome trace into complete spans and the thread names; an error names what is
 /// wrong (not JSON, unbalanced begin/end).
@@ -243,7 +256,12 @@ pub fn read_trace(path: &Path) -> Result<(Vec<Span>, HashMap<u64, String>), Resu
                         format!("end of {name} without a begin on thread {tid}"),
                     ));
                 };
-                spans.push((tid, begin_name, ts, e["ts"].as_f64().unwrap_or(ts)));
+                spans.push(Span {
+                    tid,
+                    name: begin_name,
+                    start_us: ts,
+                    end_us: e["ts"].as_f64().unwrap_or(ts),
+                });
             }
             _ => {}
         }
@@ -286,14 +304,14 @@ mod tests {
         add_gpu_track(&path, &marks, GPU_TRACK).unwrap();
         let (spans, names) = read_trace(&path).unwrap();
         assert_eq!(names[&GPU_TID], GPU_TRACK);
-        let gpu: Vec<_> = spans.iter().filter(|s| s.0 == GPU_TID).collect();
+        let gpu: Vec<_> = spans.iter().filter(|s| s.tid == GPU_TID).collect();
         assert_eq!(gpu.len(), 2);
         assert_eq!(
-            (gpu[0].1.as_str(), gpu[0].2, gpu[0].3),
+            (gpu[0].name.as_str(), gpu[0].start_us, gpu[0].end_us),
             (GPU_H2D, 1750.0, 2000.0)
         );
         assert_eq!(
-            (gpu[1].1.as_str(), gpu[1].2, gpu[1].3),
+            (gpu[1].name.as_str(), gpu[1].start_us, gpu[1].end_us),
             (GPU_STEP, 2000.0, 3500.0)
         );
 

@@ -6,7 +6,7 @@ use clap::Args;
 
 use super::experiment::{load, load_defaults};
 use super::{Failure, Global, exit::failed};
-use crate::bench::{self, Measurement, StepCase};
+use crate::commands::bench::{self, Measurement, StepCase};
 use crate::config::{Overrides, chain_output, dataset_shape};
 use crate::net::{ModelInput, Network};
 use crate::shape::ImageShape;

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::{Failure, Global, Status, exit::failed};
-use crate::compare::{Gate, compare as run_compare};
+use crate::commands::compare::{Gate, compare as run_compare};
 use crate::results::{write_atomic, write_json};
 
 pub(super) fn compare(

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::{Failure, Global};
 use crate::analysis::Thresholds;
-use crate::diagnose::{self, WaitSpan};
+use crate::commands::diagnose::{self, WaitSpan};
 use crate::results::write_atomic;
 
 #[derive(Args)]

@@ -11,7 +11,7 @@ pub(super) fn merge(dirs: &[PathBuf], g: &Global) -> Result<(), Failure> {
             "merge needs --out DIR for the merged results".into(),
         ));
     };
-    let n = crate::merge::merge(dirs, out, &super::command_line()).map_err(failed)?;
+    let n = crate::commands::merge::merge(dirs, out, &super::command_line()).map_err(failed)?;
     println!(
         "merged {n} runs from {} task folders: {}",
         dirs.len(),

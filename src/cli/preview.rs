@@ -28,7 +28,8 @@ pub(super) fn preview(
         .out
         .clone()
         .unwrap_or_else(|| exp.output_dir(None).join("preview"));
-    let files = crate::preview::preview(&chosen.settings, n, &out, g.quiet).map_err(failed)?;
+    let files =
+        crate::commands::preview::preview(&chosen.settings, n, &out, g.quiet).map_err(failed)?;
     for f in files {
         println!("{}", f.display());
     }

@@ -1,8 +1,8 @@
 //! `selftest`: every model kind and optimizer on a device against a reference, one line each.
 
 use super::{Failure, Status, exit::failed};
+use crate::commands::selftest::{self, TOLERANCE};
 use crate::config::DeviceKind;
-use crate::selftest::{self, TOLERANCE};
 
 pub(super) fn selftest(kind: DeviceKind) -> Result<(), Failure> {
     let (device, reference) = match kind {

@@ -4,9 +4,9 @@ use clap::{Args, ValueEnum};
 
 use super::experiment::load;
 use super::{Failure, Global, exit::failed};
+use crate::commands::slurm::{self, Grouping, SlurmOptions};
 use crate::config::{self, Overrides};
 use crate::plan;
-use crate::slurm::{self, Grouping, SlurmOptions};
 
 #[derive(Args)]
 pub(super) struct SlurmArgs {

@@ -7,9 +7,9 @@ use clap::Args;
 
 use super::experiment::load;
 use super::{Failure, Global};
+use crate::commands::tune::{Knob, TuneError, TuneOptions, tune as run_tune};
 use crate::config::Overrides;
 use crate::results::{REPORT_MD, TUNED_TOML};
-use crate::tune::{Knob, TuneError, TuneOptions, tune as run_tune};
 
 #[derive(Args)]
 pub struct TuneArgs {

@@ -5,7 +5,7 @@ use std::path::Path;
 use super::{Failure, Status};
 
 pub(super) fn verify(dir: &Path) -> Result<(), Failure> {
-    let checks = crate::verify::verify(dir);
+    let checks = crate::commands::verify::verify(dir);
     let failed = checks.iter().filter(|c| !c.ok).count();
     for c in &checks {
         let mark = if c.ok { "ok  " } else { "FAIL" };

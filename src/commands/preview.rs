@@ -16,7 +16,7 @@ use crate::config::Settings;
 use crate::loader::epoch_order;
 use crate::runner::DataSetup;
 use crate::shape::ImageShape;
-use crate::transforms::{SampleParams, Scratch};
+use crate::transforms::{Input, Observe, SampleParams, Scratch, Target};
 
 #[derive(Serialize)]
 pub struct Sample {
@@ -70,7 +70,7 @@ pub fn preview(
     // The loader's epoch-0 order.
     let mut order = Vec::new();
     let (shuffle, seed) = (settings.loader.shuffle, settings.experiment.seed);
-    if !dataset.epoch_order(shuffle, seed, 0, &mut order) {
+    if !dataset.storage().epoch_order(shuffle, seed, 0, &mut order) {
         epoch_order(dataset.len(), shuffle, seed, 0, &mut order);
     }
     let n = n.min(order.len());
@@ -82,8 +82,15 @@ pub fn preview(
         let i = i as usize;
         let mut pixels = Vec::new();
         let shape = dataset.read_image(i, &mut pixels)?;
-        let (aug, params) = pipeline.augment_shaped(&pixels, shape, 0, i as u64, &mut scratch);
-        augmented.extend_from_slice(aug);
+        let params = pipeline
+            .apply(
+                Input::new(&pixels, shape, 0, i as u64),
+                &mut scratch,
+                Target::Pixels,
+                Observe::default(),
+            )
+            .clone();
+        augmented.extend_from_slice(scratch.pixels());
         originals.push((shape, pixels));
         samples.push(Sample {
             position,

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::analysis::{self, Analysis};
+use crate::results::column;
 use crate::results::{RESULT_JSON, Raw, SUMMARY_CSV, f64s, i64s, read_csv, strs};
 use crate::trace::{STEP_SPANS, read_trace};
 
@@ -160,7 +161,7 @@ fn steps_cover_the_runs(raw: &Raw, interrupted: &[i64]) -> Check {
             .iter()
             .find(|p| p.index as i64 == run)
             .and_then(|p| raw.plan.conditions.get(p.condition_index))
-            .map_or(1, |c| c.config.distributed.ranks.max(1) as i64)
+            .map_or(1, |c| c.config.distributed.ranks as i64)
     };
     let mut per_rank: BTreeMap<(i64, i64), Vec<i64>> = BTreeMap::new();
     for ((r, k), s) in step_runs.iter().zip(&ranks).zip(&steps) {
@@ -209,9 +210,9 @@ fn steps_cover_the_runs(raw: &Raw, interrupted: &[i64]) -> Check {
 /// runs.csv's img/s = images / elapsed_s in every row.
 fn rates_match(raw: &Raw) -> Check {
     let run_ids = column_i64(&raw.runs, "run");
-    let ips = column_f64(&raw.runs, "img_per_s");
-    let images = column_f64(&raw.runs, "images");
-    let elapsed = column_f64(&raw.runs, "elapsed_s");
+    let ips = column_f64(&raw.runs, column::IMG_PER_S);
+    let images = column_f64(&raw.runs, column::IMAGES);
+    let elapsed = column_f64(&raw.runs, column::ELAPSED_S);
     let bad: Vec<String> = (0..ips.len().min(images.len()).min(elapsed.len()))
         // runs.csv keeps nanosecond elapsed and 6 decimals of img/s.
         .filter(|&i| (ips[i] - images[i] / elapsed[i]).abs() > 1e-5 * ips[i].abs().max(1.0))
@@ -274,13 +275,16 @@ fn traces(raw: &Raw) -> Vec<Check> {
                 Err(e) => return check(&name, false, e.to_string()),
                 Ok((spans, _)) => spans,
             };
-            let main = spans.iter().find(|s| s.1 == STEP_SPANS[0]).map(|s| s.0);
+            let main = spans
+                .iter()
+                .find(|s| s.name == STEP_SPANS[0])
+                .map(|s| s.tid);
             let counts: Vec<(&str, usize)> = STEP_SPANS
                 .iter()
                 .map(|n| {
                     let k = spans
                         .iter()
-                        .filter(|s| Some(s.0) == main && s.1 == *n)
+                        .filter(|s| Some(s.tid) == main && s.name == *n)
                         .count();
                     (*n, k)
                 })

@@ -14,7 +14,7 @@ use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 use super::download::{download, md5_hex};
-use super::{DataError, Dataset, FileSpec, ImageShape, Mirrors};
+use super::{DataError, Dataset, FileSpec, ImageShape, Mirrors, StorageHints};
 use crate::config::Split;
 
 /// 3×32×32, planar.
@@ -115,10 +115,6 @@ impl Dataset for Cifar10 {
         let n = CIFAR_SHAPE.len();
         buf[..n].copy_from_slice(&self.images[index * n..(index + 1) * n]);
     }
-    fn prefetch(&self, index: usize) {
-        let n = CIFAR_SHAPE.len();
-        super::prefetch_bytes(&self.images[index * n..(index + 1) * n]);
-    }
     fn classes(&self) -> usize {
         10
     }
@@ -128,6 +124,16 @@ impl Dataset for Cifar10 {
             Split::Test => "test",
         };
         format!("CIFAR-10 {split} ({} images)", self.len())
+    }
+    fn storage(&self) -> &dyn StorageHints {
+        self
+    }
+}
+
+impl StorageHints for Cifar10 {
+    fn prefetch(&self, index: usize) {
+        let n = CIFAR_SHAPE.len();
+        super::prefetch_bytes(&self.images[index * n..(index + 1) * n]);
     }
 }
 

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::decode::{EXTENSIONS, UNSUPPORTED, decode_region};
-use super::{DataError, Dataset, ImageShape, Read, Region};
+use super::{DataError, Dataset, ImageShape, Read, Region, StorageHints};
 use crate::config::{CacheMode, ColorMode, OnError};
 
 pub struct ImageFolder {
@@ -287,21 +287,6 @@ impl Dataset for ImageFolder {
     fn len(&self) -> usize {
         self.samples.len()
     }
-    fn stored_len(&self, index: usize) -> Option<u64> {
-        match &self.encoded {
-            Some(bytes) => Some(bytes[index].len() as u64),
-            None => std::fs::metadata(&self.samples[index].0)
-                .ok()
-                .map(|m| m.len()),
-        }
-    }
-    fn files(&self) -> Vec<PathBuf> {
-        if self.cache == CacheMode::None {
-            self.samples.iter().map(|(p, _)| p.clone()).collect()
-        } else {
-            Vec::new()
-        }
-    }
     fn label(&self, index: usize) -> u8 {
         self.samples[index].1
     }
@@ -340,18 +325,6 @@ impl Dataset for ImageFolder {
     fn classes(&self) -> usize {
         self.classes.len()
     }
-    fn decodes(&self) -> bool {
-        self.decoded.is_none()
-    }
-    fn encoded(&self, index: usize) -> Option<Vec<u8>> {
-        match &self.encoded {
-            Some(all) => Some(all[index].clone()),
-            None => std::fs::read(&self.samples[index].0).ok(),
-        }
-    }
-    fn skipped(&self) -> u64 {
-        self.skipped.load(Ordering::Relaxed)
-    }
     fn describe(&self) -> String {
         let cache = match self.cache {
             CacheMode::None => "decoded per sample from files",
@@ -364,5 +337,38 @@ impl Dataset for ImageFolder {
             self.samples.len(),
             self.classes.len()
         )
+    }
+    fn storage(&self) -> &dyn StorageHints {
+        self
+    }
+}
+
+impl StorageHints for ImageFolder {
+    fn stored_len(&self, index: usize) -> Option<u64> {
+        match &self.encoded {
+            Some(bytes) => Some(bytes[index].len() as u64),
+            None => std::fs::metadata(&self.samples[index].0)
+                .ok()
+                .map(|m| m.len()),
+        }
+    }
+    fn files(&self) -> Vec<PathBuf> {
+        if self.cache == CacheMode::None {
+            self.samples.iter().map(|(p, _)| p.clone()).collect()
+        } else {
+            Vec::new()
+        }
+    }
+    fn decodes(&self) -> bool {
+        self.decoded.is_none()
+    }
+    fn encoded(&self, index: usize) -> Option<Vec<u8>> {
+        match &self.encoded {
+            Some(all) => Some(all[index].clone()),
+            None => std::fs::read(&self.samples[index].0).ok(),
+        }
+    }
+    fn skipped(&self) -> u64 {
+        self.skipped.load(Ordering::Relaxed)
     }
 }

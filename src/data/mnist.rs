@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use super::download::{download, md5_hex};
-use super::{DataError, Dataset, FileSpec, ImageShape, Mirrors, read_idx};
+use super::{DataError, Dataset, FileSpec, ImageShape, Mirrors, StorageHints, read_idx};
 use crate::config::{Split, fashion_mnist_len};
 
 const IMAGE_SIDE: usize = 28;
@@ -162,9 +162,6 @@ impl Dataset for Mnist {
         buf[..IMAGE_PIXELS]
             .copy_from_slice(&self.images[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]);
     }
-    fn prefetch(&self, index: usize) {
-        super::prefetch_bytes(&self.images[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]);
-    }
     fn classes(&self) -> usize {
         10
     }
@@ -174,6 +171,15 @@ impl Dataset for Mnist {
             Split::Test => "test",
         };
         format!("{} {split} ({} images)", self.family.name, self.len())
+    }
+    fn storage(&self) -> &dyn StorageHints {
+        self
+    }
+}
+
+impl StorageHints for Mnist {
+    fn prefetch(&self, index: usize) {
+        super::prefetch_bytes(&self.images[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]);
     }
 }
 

@@ -42,7 +42,9 @@ pub struct Read {
     pub region: Option<CropBox>,
 }
 
-/// A labelled set of 8-bit images of one shape.
+/// A labelled set of 8-bit images of one shape: what every dataset must answer. How its images
+/// are stored and read (files, encoded bytes, shards, its own epoch order, emulated storage) is
+/// the optional [`StorageHints`] it hands out through [`Dataset::storage`].
 pub trait Dataset: Send + Sync {
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
@@ -78,6 +80,19 @@ pub trait Dataset: Send + Sync {
             region: None,
         })
     }
+    fn classes(&self) -> usize;
+    /// A short description for reports, e.g. "FashionMNIST train (60000 images)".
+    fn describe(&self) -> String;
+    /// How its images are stored and read; by default as a dataset held in memory once opened.
+    fn storage(&self) -> &dyn StorageHints {
+        &InMemory
+    }
+}
+
+/// How a dataset's images are stored and read: hints for the loader (prefetch, the epoch
+/// order, emulated storage's requests), for the page cache and for `bench`. Every answer has a
+/// default that fits a dataset held in memory.
+pub trait StorageHints: Send + Sync {
     /// Whether reading an image decodes it (image files, encoded synthetic images).
     fn decodes(&self) -> bool {
         false
@@ -118,9 +133,106 @@ pub trait Dataset: Send + Sync {
     }
     /// A hint that image `index` will be read soon.
     fn prefetch(&self, _index: usize) {}
-    fn classes(&self) -> usize;
-    /// A short description for reports, e.g. "FashionMNIST train (60000 images)".
-    fn describe(&self) -> String;
+}
+
+/// The hints of a dataset held in memory: every default.
+pub struct InMemory;
+
+impl StorageHints for InMemory {}
+
+/// A dataset seen through one change ([`Adapt`]) of how it is read or stored: every other
+/// answer is the inner dataset's. The forwarding is written once, here, so an adaptation says
+/// only what it changes.
+pub struct Adapted<A: Adapt> {
+    pub inner: Arc<dyn Dataset>,
+    pub adapt: A,
+}
+
+/// What an [`Adapted`] dataset changes; each default is the inner dataset's own answer.
+pub trait Adapt: Send + Sync + Sized + 'static {
+    fn read_region(
+        &self,
+        inner: &dyn Dataset,
+        index: usize,
+        buf: &mut Vec<u8>,
+        region: Region,
+    ) -> Result<Read, DataError> {
+        inner.read_region(index, buf, region)
+    }
+    /// Emulated storage's wait for these images (see [`StorageHints::request_batch`]).
+    fn request_batch(&self, inner: &Adapted<Self>, indices: &[u32], read_ahead: usize) -> bool {
+        inner.inner.storage().request_batch(indices, read_ahead)
+    }
+    fn describe(&self, inner: &dyn Dataset) -> String {
+        inner.describe()
+    }
+}
+
+impl<A: Adapt> Dataset for Adapted<A> {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn label(&self, index: usize) -> u8 {
+        self.inner.label(index)
+    }
+    fn shape(&self) -> ImageShape {
+        self.inner.shape()
+    }
+    fn image_into(&self, index: usize, buf: &mut [u8]) {
+        self.inner.image_into(index, buf)
+    }
+    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {
+        self.inner.read_image(index, buf)
+    }
+    fn read_region(
+        &self,
+        index: usize,
+        buf: &mut Vec<u8>,
+        region: Region,
+    ) -> Result<Read, DataError> {
+        self.adapt.read_region(&*self.inner, index, buf, region)
+    }
+    fn classes(&self) -> usize {
+        self.inner.classes()
+    }
+    fn describe(&self) -> String {
+        self.adapt.describe(&*self.inner)
+    }
+    fn storage(&self) -> &dyn StorageHints {
+        self
+    }
+}
+
+impl<A: Adapt> StorageHints for Adapted<A> {
+    fn decodes(&self) -> bool {
+        self.inner.storage().decodes()
+    }
+    fn files(&self) -> Vec<PathBuf> {
+        self.inner.storage().files()
+    }
+    fn stored_len(&self, index: usize) -> Option<u64> {
+        self.inner.storage().stored_len(index)
+    }
+    fn storage_unit(&self, index: usize) -> Option<u32> {
+        self.inner.storage().storage_unit(index)
+    }
+    fn request_batch(&self, indices: &[u32], read_ahead: usize) -> bool {
+        self.adapt.request_batch(self, indices, read_ahead)
+    }
+    fn epoch_order(&self, shuffle: bool, seed: u64, epoch: u64, order: &mut Vec<u32>) -> bool {
+        self.inner
+            .storage()
+            .epoch_order(shuffle, seed, epoch, order)
+    }
+    fn encoded(&self, index: usize) -> Option<Vec<u8>> {
+        self.inner.storage().encoded(index)
+    }
+    fn skipped(&self) -> u64 {
+        self.inner.storage().skipped()
+    }
+    fn prefetch(&self, index: usize) {
+        self.inner.storage().prefetch(index)
+    }
 }
 
 /// The one-line way to try an experiment without its dataset, given with every "dataset not
@@ -176,9 +288,9 @@ pub fn open(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataEr
 /// otherwise.
 pub fn stored(dataset: Arc<dyn Dataset>, storage: &StorageSection) -> Arc<dyn Dataset> {
     if storage.emulated() {
-        Arc::new(storage::Stored {
+        Arc::new(Adapted {
             inner: dataset,
-            storage: storage::Storage::new(storage),
+            adapt: storage::Stored(storage::Storage::new(storage)),
         })
     } else {
         dataset
@@ -226,62 +338,30 @@ pub fn open_local(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, 
     Ok(if d.roi_decode {
         dataset
     } else {
-        Arc::new(WholeImages(dataset))
+        Arc::new(Adapted {
+            inner: dataset,
+            adapt: WholeImages,
+        })
     })
 }
 
 /// A dataset read whole even where a region would do (`dataset.roi_decode = false`): every
 /// image is decoded in full, as torchvision decodes it.
-pub struct WholeImages(pub Arc<dyn Dataset>);
+pub struct WholeImages;
 
-impl Dataset for WholeImages {
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn label(&self, index: usize) -> u8 {
-        self.0.label(index)
-    }
-    fn shape(&self) -> ImageShape {
-        self.0.shape()
-    }
-    fn image_into(&self, index: usize, buf: &mut [u8]) {
-        self.0.image_into(index, buf)
-    }
-    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {
-        self.0.read_image(index, buf)
-    }
-    fn decodes(&self) -> bool {
-        self.0.decodes()
-    }
-    fn encoded(&self, index: usize) -> Option<Vec<u8>> {
-        self.0.encoded(index)
-    }
-    fn files(&self) -> Vec<PathBuf> {
-        self.0.files()
-    }
-    fn stored_len(&self, index: usize) -> Option<u64> {
-        self.0.stored_len(index)
-    }
-    fn storage_unit(&self, index: usize) -> Option<u32> {
-        self.0.storage_unit(index)
-    }
-    fn request_batch(&self, indices: &[u32], read_ahead: usize) -> bool {
-        self.0.request_batch(indices, read_ahead)
-    }
-    fn epoch_order(&self, shuffle: bool, seed: u64, epoch: u64, order: &mut Vec<u32>) -> bool {
-        self.0.epoch_order(shuffle, seed, epoch, order)
-    }
-    fn skipped(&self) -> u64 {
-        self.0.skipped()
-    }
-    fn prefetch(&self, index: usize) {
-        self.0.prefetch(index)
-    }
-    fn classes(&self) -> usize {
-        self.0.classes()
-    }
-    fn describe(&self) -> String {
-        self.0.describe()
+impl Adapt for WholeImages {
+    fn read_region(
+        &self,
+        inner: &dyn Dataset,
+        index: usize,
+        buf: &mut Vec<u8>,
+        _region: Region,
+    ) -> Result<Read, DataError> {
+        let shape = inner.read_image(index, buf)?;
+        Ok(Read {
+            shape,
+            region: None,
+        })
     }
 }
 

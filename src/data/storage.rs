@@ -14,12 +14,11 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{DataError, Dataset, ImageShape, Read, Region};
+use super::{Adapt, Adapted, Dataset, StorageHints};
 use crate::config::StorageSection;
 
 /// The emulated device behind the dataset.
@@ -84,73 +83,20 @@ impl Storage {
     }
 }
 
-/// A dataset behind emulated storage: reads forward to it; [`Dataset::request_batch`] waits
-/// for the storage.
-pub struct Stored {
-    pub inner: Arc<dyn Dataset>,
-    pub storage: Storage,
-}
+/// A dataset behind emulated storage: reads are the dataset's own; its batches' requests wait
+/// for the storage ([`StorageHints::request_batch`]).
+pub struct Stored(pub Storage);
 
-impl Dataset for Stored {
-    fn len(&self) -> usize {
-        self.inner.len()
-    }
-    fn label(&self, index: usize) -> u8 {
-        self.inner.label(index)
-    }
-    fn shape(&self) -> ImageShape {
-        self.inner.shape()
-    }
-    fn image_into(&self, index: usize, buf: &mut [u8]) {
-        self.inner.image_into(index, buf)
-    }
-    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {
-        self.inner.read_image(index, buf)
-    }
-    fn read_region(
-        &self,
-        index: usize,
-        buf: &mut Vec<u8>,
-        region: Region,
-    ) -> Result<Read, DataError> {
-        self.inner.read_region(index, buf, region)
-    }
-    fn decodes(&self) -> bool {
-        self.inner.decodes()
-    }
-    fn files(&self) -> Vec<PathBuf> {
-        self.inner.files()
-    }
-    fn stored_len(&self, index: usize) -> Option<u64> {
-        self.inner.stored_len(index)
-    }
-    fn encoded(&self, index: usize) -> Option<Vec<u8>> {
-        self.inner.encoded(index)
-    }
-    fn skipped(&self) -> u64 {
-        self.inner.skipped()
-    }
-    fn prefetch(&self, index: usize) {
-        self.inner.prefetch(index)
-    }
-    fn classes(&self) -> usize {
-        self.inner.classes()
-    }
-    fn describe(&self) -> String {
-        format!("{} behind emulated storage", self.inner.describe())
-    }
-    fn epoch_order(&self, shuffle: bool, seed: u64, epoch: u64, order: &mut Vec<u32>) -> bool {
-        self.inner.epoch_order(shuffle, seed, epoch, order)
-    }
-    fn storage_unit(&self, index: usize) -> Option<u32> {
-        self.inner.storage_unit(index)
+impl Adapt for Stored {
+    fn describe(&self, inner: &dyn Dataset) -> String {
+        format!("{} behind emulated storage", inner.describe())
     }
     /// `read_ahead` (`loader.read_ahead`): requests outstanding at once; 1, one at a time.
-    fn request_batch(&self, indices: &[u32], read_ahead: usize) -> bool {
-        let transfers = self.transfers(indices);
+    fn request_batch(&self, stored: &Adapted<Self>, indices: &[u32], read_ahead: usize) -> bool {
+        let transfers = self.transfers(stored.inner.storage(), indices);
         if read_ahead <= 1 || transfers.len() <= 1 {
             for &(bytes, new) in &transfers {
-                self.storage.transfer(bytes, new);
+                self.0.transfer(bytes, new);
             }
             return true;
         }
@@ -162,7 +108,7 @@ impl Dataset for Stored {
                     while let Some(&(bytes, new)) =
                         transfers.get(next.fetch_add(1, Ordering::Relaxed))
                     {
-                        self.storage.transfer(bytes, new);
+                        self.0.transfer(bytes, new);
                     }
                 });
             }
@@ -188,15 +134,15 @@ pub fn close_streams() {
 impl Stored {
     /// Each image's (bytes, whether it starts a new request) on this reader: every image of a
     /// dataset read file by file; the first of a stored unit this reader has not open.
-    fn transfers(&self, indices: &[u32]) -> Vec<(u64, bool)> {
+    fn transfers(&self, inner: &dyn StorageHints, indices: &[u32]) -> Vec<(u64, bool)> {
         let me = std::ptr::from_ref(self) as usize;
         OPEN.with(|open| {
             let mut open = open.borrow_mut();
             indices
                 .iter()
                 .map(|&i| {
-                    let bytes = self.inner.stored_len(i as usize).unwrap_or(0);
-                    let Some(unit) = self.inner.storage_unit(i as usize) else {
+                    let bytes = inner.stored_len(i as usize).unwrap_or(0);
+                    let Some(unit) = inner.storage_unit(i as usize) else {
                         return (bytes, true);
                     };
                     let key = (me, unit);
@@ -219,6 +165,8 @@ impl Stored {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::ImageShape;
+    use std::sync::Arc;
 
     fn storage(latency_ms: f64, bandwidth_mb_s: f64, max_in_flight: u64) -> Arc<Storage> {
         Arc::new(Storage::new(&StorageSection {
@@ -265,39 +213,47 @@ mod tests {
             ImageShape::GREY_28
         }
         fn image_into(&self, _: usize, _: &mut [u8]) {}
-        fn stored_len(&self, _: usize) -> Option<u64> {
-            Some(1000)
-        }
-        fn storage_unit(&self, index: usize) -> Option<u32> {
-            Some(index as u32 / 10)
-        }
         fn classes(&self) -> usize {
             1
         }
         fn describe(&self) -> String {
             "units".into()
         }
+        fn storage(&self) -> &dyn StorageHints {
+            self
+        }
+    }
+    impl StorageHints for Units {
+        fn stored_len(&self, _: usize) -> Option<u64> {
+            Some(1000)
+        }
+        fn storage_unit(&self, index: usize) -> Option<u32> {
+            Some(index as u32 / 10)
+        }
     }
 
     #[test]
     fn a_stored_unit_is_one_request_per_reader() {
-        let stored = Stored {
+        let stored = Adapted {
             inner: Arc::new(Units),
-            storage: Storage::new(&StorageSection {
+            adapt: Stored(Storage::new(&StorageSection {
                 latency_ms: 10.0,
                 ..Default::default()
-            }),
+            })),
         };
         // Two batches spanning both units: one latency per unit, on this reader.
         let new = |t: Vec<(u64, bool)>| t.iter().filter(|t| t.1).count();
-        assert_eq!(new(stored.transfers(&[0, 1, 12, 2])), 2);
-        assert_eq!(new(stored.transfers(&[3, 13, 19])), 0);
+        let transfers = |indices: &[u32]| stored.adapt.transfers(&Units, indices);
+        assert_eq!(new(transfers(&[0, 1, 12, 2])), 2);
+        assert_eq!(new(transfers(&[3, 13, 19])), 0);
         // Another reader opens its own streams.
-        let other = std::thread::scope(|s| s.spawn(|| new(stored.transfers(&[4]))).join());
+        let other = std::thread::scope(|s| s.spawn(|| new(transfers(&[4]))).join());
         assert_eq!(other.unwrap(), 1);
         // Ten images of one unit: about one latency, not ten.
         let t = Instant::now();
-        stored.request_batch(&(0..10).collect::<Vec<u32>>(), 1);
+        stored
+            .storage()
+            .request_batch(&(0..10).collect::<Vec<u32>>(), 1);
         assert!(t.elapsed() < Duration::from_millis(10), "{:?}", t.elapsed());
     }
 

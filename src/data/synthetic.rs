@@ -5,7 +5,7 @@
 //! (FashionMNIST's `image_into` is a copy); a loader benchmark on synthetic data then measures
 //! the loader and the transforms, not the generator. Larger datasets render on every read.
 
-use super::{Dataset, ImageShape};
+use super::{Dataset, ImageShape, StorageHints};
 use crate::hash::splitmix;
 
 /// Datasets up to this many bytes (250 000 FashionMNIST-sized images) are rendered once, at
@@ -127,12 +127,6 @@ impl Dataset for Synthetic {
         }
     }
 
-    fn prefetch(&self, index: usize) {
-        if let Some(p) = self.pixels(index) {
-            super::prefetch_bytes(p);
-        }
-    }
-
     fn classes(&self) -> usize {
         self.classes
     }
@@ -147,6 +141,17 @@ impl Dataset for Synthetic {
             "synthetic{shape}, {} classes ({} images)",
             self.classes, self.len
         )
+    }
+    fn storage(&self) -> &dyn StorageHints {
+        self
+    }
+}
+
+impl StorageHints for Synthetic {
+    fn prefetch(&self, index: usize) {
+        if let Some(p) = self.pixels(index) {
+            super::prefetch_bytes(p);
+        }
     }
 }
 
@@ -271,6 +276,23 @@ impl Dataset for EncodedSynthetic {
         super::decode::decode_region(&self.encoded[index], mode, region, buf)
             .map_err(super::DataError::Mismatch)
     }
+    fn classes(&self) -> usize {
+        self.inner.classes
+    }
+    fn describe(&self) -> String {
+        format!(
+            "{}, {}-encoded in memory ({} KB each on average), decoded per sample",
+            self.inner.describe(),
+            self.format,
+            crate::format::sig(self.mean_bytes() / 1000.0)
+        )
+    }
+    fn storage(&self) -> &dyn StorageHints {
+        self
+    }
+}
+
+impl StorageHints for EncodedSynthetic {
     fn decodes(&self) -> bool {
         true
     }
@@ -284,17 +306,6 @@ impl Dataset for EncodedSynthetic {
         // The header and first scans; the decoder streams the rest.
         let bytes = &self.encoded[index];
         super::prefetch_bytes(&bytes[..bytes.len().min(4096)]);
-    }
-    fn classes(&self) -> usize {
-        self.inner.classes
-    }
-    fn describe(&self) -> String {
-        format!(
-            "{}, {}-encoded in memory ({} KB each on average), decoded per sample",
-            self.inner.describe(),
-            self.format,
-            crate::format::sig(self.mean_bytes() / 1000.0)
-        )
     }
 }
 

@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::decode::decode_region;
-use super::{DataError, Dataset, ImageShape, Read, Region};
+use super::{DataError, Dataset, ImageShape, Read, Region, StorageHints};
 use crate::config::{ColorMode, OnError};
 
 /// One sample: where its image lies and its label.
@@ -274,6 +274,24 @@ impl Dataset for WebDataset {
             || DataError::Mismatch("no sample of the shards decodes".into()),
         )
     }
+    fn classes(&self) -> usize {
+        self.classes
+    }
+    fn describe(&self) -> String {
+        format!(
+            "WebDataset, {} shards ({} samples, {} classes, shuffle buffer {})",
+            self.shards.len(),
+            self.samples.len(),
+            self.classes,
+            self.shuffle_buffer
+        )
+    }
+    fn storage(&self) -> &dyn StorageHints {
+        self
+    }
+}
+
+impl StorageHints for WebDataset {
     fn decodes(&self) -> bool {
         true
     }
@@ -291,18 +309,6 @@ impl Dataset for WebDataset {
     }
     fn skipped(&self) -> u64 {
         self.skipped.load(Ordering::Relaxed)
-    }
-    fn classes(&self) -> usize {
-        self.classes
-    }
-    fn describe(&self) -> String {
-        format!(
-            "WebDataset, {} shards ({} samples, {} classes, shuffle buffer {})",
-            self.shards.len(),
-            self.samples.len(),
-            self.classes,
-            self.shuffle_buffer
-        )
     }
     fn epoch_order(&self, shuffle: bool, seed: u64, epoch: u64, order: &mut Vec<u32>) -> bool {
         order.clear();

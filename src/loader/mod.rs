@@ -29,7 +29,7 @@ use crate::config::Settings;
 use crate::data::{DataError, Dataset};
 use crate::hash::Fingerprint;
 use crate::spans;
-use crate::transforms::{Observe, Pipeline, Scratch};
+use crate::transforms::{Input, Observe, Pipeline, Scratch, Target};
 
 /// Loader settings, resolved.
 #[derive(Debug, Clone)]
@@ -199,7 +199,12 @@ impl Builder {
         // Emulated storage delivers the batch's images first (one request at a time, or
         // `loader.read_ahead` at once); a sleep, timed on every batch.
         let asked = Instant::now();
-        if source.dataset.request_batch(indices, source.cfg.read_ahead) && profiling {
+        if source
+            .dataset
+            .storage()
+            .request_batch(indices, source.cfg.read_ahead)
+            && profiling
+        {
             self.stages.storage_ns = Some(asked.elapsed().as_nanos() as u64);
         }
         let images = batch.images.as_mut_slice();
@@ -207,7 +212,7 @@ impl Builder {
             // The next image's bytes are on their way while this one is transformed (a random
             // read from a dataset of tens of MB misses every cache).
             if let Some(&next) = indices.get(slot + 1) {
-                source.dataset.prefetch(next as usize);
+                source.dataset.storage().prefetch(next as usize);
             }
             // The traced image (the first) is never a timed one: its spans wake the trace's
             // writer thread, which competes for the core during the next stages.
@@ -225,14 +230,10 @@ impl Builder {
                 input
             };
             batch.labels[slot] = source.dataset.label(i) as u32;
-            source.pipeline.apply_staged(
-                &self.pixels,
-                input.shape,
-                input.region,
-                epoch,
-                i as u64,
+            source.pipeline.apply(
+                Input::new(&self.pixels, input.shape, epoch, i as u64).region(input.region),
                 &mut self.scratch,
-                &mut images[slot * plane..(slot + 1) * plane],
+                Target::Tensor(&mut images[slot * plane..(slot + 1) * plane]),
                 Observe {
                     ns: timed.then(|| &mut self.stages.ns[1..=to_tensor]),
                     traced,

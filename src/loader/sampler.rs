@@ -102,10 +102,10 @@ impl Sampler {
             } else {
                 &mut self.order
             };
-            let own = self
-                .dataset
-                .as_ref()
-                .is_some_and(|d| d.epoch_order(self.shuffle, self.seed, epoch, order));
+            let own = self.dataset.as_ref().is_some_and(|d| {
+                d.storage()
+                    .epoch_order(self.shuffle, self.seed, epoch, order)
+            });
             if !own {
                 epoch_order(self.len, self.shuffle, self.seed, epoch, order);
             }

@@ -135,6 +135,53 @@ pub struct Scratch {
     grey: Vec<u8>,
     resize: ResizeScratch,
     params: SampleParams,
+    /// The shape of the last sample's pixels in `a`.
+    shape: ImageShape,
+}
+
+impl Scratch {
+    /// The last sample's 8-bit pixels after the pixel ops (planar).
+    pub fn pixels(&self) -> &[u8] {
+        &self.a[..self.shape.len()]
+    }
+}
+
+/// One sample as the chain takes it: its 8-bit pixels (planar) of `shape` — or, with `region`,
+/// only that crop of a `shape`-sized image, as [`crate::data::Dataset::read_region`] read it
+/// for [`Pipeline::leading_crop`] — and the (epoch, index) that seed its random stream.
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    pub pixels: &'a [u8],
+    pub shape: ImageShape,
+    pub region: Option<CropBox>,
+    pub epoch: u64,
+    pub index: u64,
+}
+
+impl<'a> Input<'a> {
+    /// The whole image `pixels` of `shape`, as sample `index` of `epoch`.
+    pub fn new(pixels: &'a [u8], shape: ImageShape, epoch: u64, index: u64) -> Self {
+        Input {
+            pixels,
+            shape,
+            region: None,
+            epoch,
+            index,
+        }
+    }
+
+    /// Only `region` of the image was read (None: all of it).
+    pub fn region(self, region: Option<CropBox>) -> Self {
+        Input { region, ..self }
+    }
+}
+
+/// Where [`Pipeline::apply`] leaves its result.
+pub enum Target<'o> {
+    /// The 8-bit pixels after the pixel ops, in the scratch ([`Scratch::pixels`]).
+    Pixels,
+    /// Then to_tensor and normalize, into these floats.
+    Tensor(&'o mut [f32]),
 }
 
 impl Pipeline {
@@ -175,44 +222,10 @@ impl Pipeline {
         self.output
     }
 
-    /// Apply the pixel ops to `src` (planar, [`Pipeline::input_shape`]); returns the 8-bit
-    /// result (a view into `scratch`, planar, [`Pipeline::output_shape`]) and the parameters
-    /// drawn.
-    pub fn augment<'s>(
-        &self,
-        src: &[u8],
-        epoch: u64,
-        index: u64,
-        scratch: &'s mut Scratch,
-    ) -> (&'s [u8], SampleParams) {
-        self.augment_shaped(src, self.input, epoch, index, scratch)
-    }
-
-    /// [`Pipeline::augment`] for an input of its own shape (images of a folder differ).
-    pub fn augment_shaped<'s>(
-        &self,
-        src: &[u8],
-        input: ImageShape,
-        epoch: u64,
-        index: u64,
-        scratch: &'s mut Scratch,
-    ) -> (&'s [u8], SampleParams) {
-        let shape = self.run_ops(
-            src,
-            input,
-            None,
-            epoch,
-            index,
-            scratch,
-            &mut Observe::default(),
-        );
-        (&scratch.a[..shape.len()], scratch.params.clone())
-    }
-
     /// The crop a sample's first op keeps of an image of `input`'s shape, when the first op is
     /// a RandomResizedCrop: its parameters depend only on the image's size and the sample's
     /// random stream, so a reader can decode just that region
-    /// ([`crate::data::Dataset::read_region`]) and [`Pipeline::apply_staged`] draws the same
+    /// ([`crate::data::Dataset::read_region`]) and [`Pipeline::apply`] draws the same
     /// box from it.
     pub fn leading_crop(&self, input: ImageShape, epoch: u64, index: u64) -> Option<CropBox> {
         let crop = self.ops.first()?.as_resized_crop()?;
@@ -262,60 +275,38 @@ impl Pipeline {
         &self.op_names
     }
 
-    /// The full pipeline for one sample: pixel ops, then to_tensor (CHW float32 / 255) and
-    /// normalize, written into `out` ([`Pipeline::output_shape`]`.len()` floats).
+    /// The chain on one sample — the one entry to it: the pixel ops, then, `Target::Tensor`,
+    /// to_tensor (CHW float32 / 255) and normalize into the floats given
+    /// ([`Pipeline::output_shape`]`.len()` of them; the chain's output shape is fixed, checked
+    /// at validate time, so every sample fills them exactly), or, `Target::Pixels`, the 8-bit
+    /// result left in `scratch` ([`Scratch::pixels`]). Its stages (every op, then to_tensor) are
+    /// timed and drawn as `observe` asks (a profiled run's sampled images). Returns the
+    /// parameters drawn.
     pub fn apply<'s>(
         &self,
-        src: &[u8],
-        epoch: u64,
-        index: u64,
+        sample: Input,
         scratch: &'s mut Scratch,
-        out: &mut [f32],
-    ) -> &'s SampleParams {
-        self.apply_shaped(src, self.input, epoch, index, scratch, out)
-    }
-
-    /// [`Pipeline::apply`] for an input of its own shape. The chain's output shape is fixed
-    /// (checked at validate time), so every sample fills `out` exactly.
-    pub fn apply_shaped<'s>(
-        &self,
-        src: &[u8],
-        input: ImageShape,
-        epoch: u64,
-        index: u64,
-        scratch: &'s mut Scratch,
-        out: &mut [f32],
-    ) -> &'s SampleParams {
-        self.apply_staged(
-            src,
-            input,
-            None,
-            epoch,
-            index,
-            scratch,
-            out,
-            Observe::default(),
-        )
-    }
-
-    /// [`Pipeline::apply_shaped`], with its stages (every op, then to_tensor into `out`) timed
-    /// and drawn as `observe` asks (a profiled run's sampled images). With `region`, `src` is
-    /// only that crop of the image, as [`crate::data::Dataset::read_region`] read it for
-    /// [`Pipeline::leading_crop`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn apply_staged<'s>(
-        &self,
-        src: &[u8],
-        input: ImageShape,
-        region: Option<CropBox>,
-        epoch: u64,
-        index: u64,
-        scratch: &'s mut Scratch,
-        out: &mut [f32],
+        into: Target,
         mut observe: Observe,
     ) -> &'s SampleParams {
+        let Input {
+            pixels: src,
+            shape: input,
+            region,
+            epoch,
+            index,
+        } = sample;
+        let out = match into {
+            Target::Pixels => {
+                scratch.shape =
+                    self.run_ops(src, input, region, epoch, index, scratch, &mut observe);
+                return &scratch.params;
+            }
+            Target::Tensor(out) => out,
+        };
         let plane = self.output.plane();
         let shape = self.run_ops(src, input, region, epoch, index, scratch, &mut observe);
+        scratch.shape = shape;
         let _span = observe
             .traced
             .then(|| spans::stage_span(spans::TO_TENSOR_INTO_BATCH).entered());
@@ -395,9 +386,19 @@ mod tests {
         let busy = Pipeline::new(&specs, 42, ImageShape::GREY_28);
         let src: Vec<u8> = (0..784).map(|i| (i * 7 % 256) as u8).collect();
         let (mut a, mut b) = (vec![0f32; 784], vec![0f32; 784]);
-        plain.apply(&src, 0, 5, &mut Scratch::default(), &mut a);
+        plain.apply(
+            Input::new(&src, plain.input_shape(), 0, 5),
+            &mut Scratch::default(),
+            Target::Tensor(&mut a),
+            Observe::default(),
+        );
         let before = thread_cpu_ns();
-        busy.apply(&src, 0, 5, &mut Scratch::default(), &mut b);
+        busy.apply(
+            Input::new(&src, busy.input_shape(), 0, 5),
+            &mut Scratch::default(),
+            Target::Tensor(&mut b),
+            Observe::default(),
+        );
         let used_us = (thread_cpu_ns() - before) as f64 / 1e3;
         assert_eq!(a, b, "cpu_work touched the pixels");
         assert!(
@@ -414,12 +415,38 @@ mod tests {
         let mut s2 = Scratch::default();
         let mut a = vec![0f32; 784];
         let mut b = vec![0f32; 784];
-        let pa = p.apply(&src, 0, 5, &mut s1, &mut a).clone();
-        let _ = p.apply(&src, 0, 6, &mut s2, &mut b);
-        let pb = p.apply(&src, 0, 5, &mut s2, &mut b).clone();
+        let pa = p
+            .apply(
+                Input::new(&src, p.input_shape(), 0, 5),
+                &mut s1,
+                Target::Tensor(&mut a),
+                Observe::default(),
+            )
+            .clone();
+        let _ = p.apply(
+            Input::new(&src, p.input_shape(), 0, 6),
+            &mut s2,
+            Target::Tensor(&mut b),
+            Observe::default(),
+        );
+        let pb = p
+            .apply(
+                Input::new(&src, p.input_shape(), 0, 5),
+                &mut s2,
+                Target::Tensor(&mut b),
+                Observe::default(),
+            )
+            .clone();
         assert_eq!(pa, pb);
         assert_eq!(a, b);
-        let pc = p.apply(&src, 1, 5, &mut s2, &mut b).clone();
+        let pc = p
+            .apply(
+                Input::new(&src, p.input_shape(), 1, 5),
+                &mut s2,
+                Target::Tensor(&mut b),
+                Observe::default(),
+            )
+            .clone();
         assert_ne!(pa, pc, "another epoch draws other parameters");
         assert!(a.iter().all(|v| (0.0..=1.0).contains(v)));
     }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::data::Dataset;
-use crate::transforms::{Observe, Pipeline, Scratch};
+use crate::transforms::{Input, Observe, Pipeline, Scratch, Target};
 
 use super::step::python_result;
 use super::timed_rate;
@@ -25,7 +25,7 @@ pub(super) fn chain_rates(
     pipeline: &Pipeline,
     repeats: usize,
 ) -> anyhow::Result<ChainRates> {
-    let decodes = dataset.decodes();
+    let decodes = dataset.storage().decodes();
     // Images held decoded for the chain alone: up to 8,192 small ones, 64 large ones.
     let n = dataset.len().min(if decodes { 64 } else { 8192 });
     // One contiguous buffer, as a dataset in memory holds them (separate allocations scatter
@@ -62,7 +62,12 @@ pub(super) fn chain_rates(
         let chain = timed_rate(16, 32_768, 0.5, |k| {
             let i = k % n;
             let image = &pixels[starts[i]..starts[i + 1]];
-            pipeline.apply_shaped(image, shapes[i], epoch, i as u64, &mut scratch, &mut out);
+            pipeline.apply(
+                Input::new(image, shapes[i], epoch, i as u64),
+                &mut scratch,
+                Target::Tensor(&mut out),
+                Observe::default(),
+            );
         });
         let (mut decode, mut whole) = (0.0, 0.0);
         if decodes {
@@ -74,14 +79,10 @@ pub(super) fn chain_rates(
                 let i = k % dataset.len();
                 let crop = |shape| pipeline.leading_crop(shape, epoch, i as u64);
                 if let Ok(read) = dataset.read_region(i, &mut buf, &crop) {
-                    pipeline.apply_staged(
-                        &buf,
-                        read.shape,
-                        read.region,
-                        epoch,
-                        i as u64,
+                    pipeline.apply(
+                        Input::new(&buf, read.shape, epoch, i as u64).region(read.region),
                         &mut scratch,
-                        &mut out,
+                        Target::Tensor(&mut out),
                         Observe::default(),
                     );
                 }
@@ -127,7 +128,11 @@ impl PythonChain {
         }
         let dir = tempfile::tempdir().ok()?;
         for i in 0..dataset.len().min(64) {
-            std::fs::write(dir.path().join(format!("{i:03}")), dataset.encoded(i)?).ok()?;
+            std::fs::write(
+                dir.path().join(format!("{i:03}")),
+                dataset.storage().encoded(i)?,
+            )
+            .ok()?;
         }
         let spec = serde_json::to_string(pipeline.specs()).ok()?;
         Some(PythonChain { dir, spec })

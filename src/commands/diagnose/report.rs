@@ -10,9 +10,7 @@ use plotters::prelude::*;
 use super::{Diagnosis, RankDiagnosis};
 use crate::analysis::ClassifiedBy;
 use crate::format::{ms, pct, ratio};
-use crate::report::charts::style::{
-    self, DrawResult, Mark, TITLE, color, e, integer, legend, mesh, plain, with_legend_panel,
-};
+use crate::report::charts::style::{self, DrawResult, Mark, color, legend, step_chart};
 use crate::results::write_atomic;
 
 /// The chart's file, relative to the folder (and a PNG beside it).
@@ -231,58 +229,33 @@ rounds = 3
 }
 
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &Diagnosis) -> DrawResult {
-    root.fill(&WHITE).map_err(e)?;
-    let (plot, panel) = with_legend_panel(root);
-    let steps = d
-        .ranks
-        .iter()
-        .map(|r| r.rows.len())
-        .max()
-        .unwrap_or(1)
-        .max(2);
-    let top = d
-        .ranks
-        .iter()
-        .flat_map(|r| r.rows.iter().map(|s| s.step_ms))
-        .filter(|v| v.is_finite())
-        .fold(1e-3, f64::max)
-        * 1.1;
-    let mut chart = ChartBuilder::on(&plot)
-        .caption("Every profiled step: step time and wait for data", TITLE)
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..(steps - 1) as f64, 0f64..top)
-        .map_err(e)?;
-    mesh!(chart)
-        .x_labels(steps.min(11))
-        .x_label_formatter(&integer)
-        .y_label_formatter(&plain)
-        .x_desc("profiled step")
-        .y_desc("ms")
-        .draw()
-        .map_err(e)?;
+    let (mut chart, panel) = step_chart(
+        root,
+        "Every profiled step: step time and wait for data",
+        "profiled step",
+        "ms",
+        d.ranks.iter().map(|r| r.rows.len()),
+        d.ranks
+            .iter()
+            .flat_map(|r| r.rows.iter().map(|s| s.step_ms)),
+    )?;
     let mut entries = Vec::new();
     for (k, r) in d.ranks.iter().enumerate() {
         let c = color(k);
-        chart
-            .draw_series(LineSeries::new(
-                r.rows
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| (i as f64, s.step_ms)),
-                c.mix(0.9).stroke_width(2),
-            ))
-            .map_err(e)?;
+        chart.draw_series(LineSeries::new(
+            r.rows
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (i as f64, s.step_ms)),
+            c.mix(0.9).stroke_width(2),
+        ))?;
         // The wait, dashed: short segments every other half step.
         for (i, s) in r.rows.iter().enumerate() {
             let x = i as f64;
-            chart
-                .draw_series(LineSeries::new(
-                    [(x - 0.25, s.wait_ms), (x + 0.25, s.wait_ms)],
-                    c.mix(0.9).stroke_width(3),
-                ))
-                .map_err(e)?;
+            chart.draw_series(LineSeries::new(
+                [(x - 0.25, s.wait_ms), (x + 0.25, s.wait_ms)],
+                c.mix(0.9).stroke_width(3),
+            ))?;
         }
         entries.push((Mark::Line(c.mix(0.9)), format!("{}: step", r.rank)));
         entries.push((Mark::Bar(c.mix(0.9)), format!("{}: wait (dashes)", r.rank)));

@@ -1,7 +1,7 @@
 //! Every transform op in one place: a file per op family holds each op's spec (what a file
 //! writes, with torchvision's defaults), its checks, the shape it hands on, its compiled form
-//! and what it records of each sample. Adding an op is its file, a line in [`TransformSpec`]
-//! and [`TransformSpec::op`], and an [`OpParams`](super::OpParams) variant if it draws anything.
+//! and what it records of each sample. Adding an op is its file and its line in the
+//! `registry!` below (and an [`OpParams`](super::OpParams) variant if it draws anything).
 //! (ripgrep's one `impl Flag` per flag is the pattern.)
 
 mod cpu_work;
@@ -28,11 +28,36 @@ use super::Scratch;
 use crate::hash::SplitMix64;
 use crate::shape::ImageShape;
 
-/// One op of the CPU transform pipeline, applied per sample in order: the list of ops, as
-/// files write them (`op = "…"` picks the variant).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-pub enum TransformSpec {
+/// The registry of ops, one line each: the variant a file names (`op = "…"`, snake_case) and
+/// the spec type that is the op (its file in this folder). It declares [`TransformSpec`],
+/// [`TransformSpec::op`] and [`TransformSpec::all`], so registering an op is its line here.
+macro_rules! registry {
+    ($($variant:ident($spec:ty)),+ $(,)?) => {
+        /// One op of the CPU transform pipeline, applied per sample in order: the list of ops,
+        /// as files write them (`op = "…"` picks the variant).
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+        pub enum TransformSpec {
+            $($variant($spec),)+
+        }
+
+        impl TransformSpec {
+            /// The op behind the spec.
+            pub fn op(&self) -> &dyn Op {
+                match self {
+                    $(TransformSpec::$variant(s) => s,)+
+                }
+            }
+
+            /// Every op with torchvision's defaults for its parameters.
+            pub fn all() -> Vec<TransformSpec> {
+                vec![$(TransformSpec::$variant(<$spec>::default()),)+]
+            }
+        }
+    };
+}
+
+registry! {
     RandomResizedCrop(RandomResizedCropSpec),
     RandomRotation(RandomRotationSpec),
     RandomHorizontalFlip(RandomHorizontalFlipSpec),
@@ -49,44 +74,6 @@ pub enum TransformSpec {
 }
 
 impl TransformSpec {
-    /// The op behind the spec.
-    pub fn op(&self) -> &dyn Op {
-        match self {
-            TransformSpec::RandomResizedCrop(s) => s,
-            TransformSpec::RandomRotation(s) => s,
-            TransformSpec::RandomHorizontalFlip(s) => s,
-            TransformSpec::RandomVerticalFlip(s) => s,
-            TransformSpec::Resize(s) => s,
-            TransformSpec::CenterCrop(s) => s,
-            TransformSpec::RandomCrop(s) => s,
-            TransformSpec::ColorJitter(s) => s,
-            TransformSpec::Grayscale(s) => s,
-            TransformSpec::RandomGrayscale(s) => s,
-            TransformSpec::ToTensor(s) => s,
-            TransformSpec::Normalize(s) => s,
-            TransformSpec::CpuWork(s) => s,
-        }
-    }
-
-    /// Every op with torchvision's defaults for its parameters.
-    pub fn all() -> [TransformSpec; 13] {
-        [
-            TransformSpec::RandomResizedCrop(Default::default()),
-            TransformSpec::RandomRotation(Default::default()),
-            TransformSpec::RandomHorizontalFlip(Default::default()),
-            TransformSpec::RandomVerticalFlip(Default::default()),
-            TransformSpec::Resize(Default::default()),
-            TransformSpec::CenterCrop(Default::default()),
-            TransformSpec::RandomCrop(Default::default()),
-            TransformSpec::ColorJitter(Default::default()),
-            TransformSpec::Grayscale(Default::default()),
-            TransformSpec::RandomGrayscale(Default::default()),
-            TransformSpec::ToTensor(ToTensorSpec {}),
-            TransformSpec::Normalize(Default::default()),
-            TransformSpec::CpuWork(Default::default()),
-        ]
-    }
-
     /// Whether the op works on 8-bit images (before `to_tensor`).
     pub fn is_pixel_op(&self) -> bool {
         self.op().stage() == Stage::Pixels

@@ -14,7 +14,7 @@ mod filter;
 
 use avx2::{hpass3, hpass8, widen};
 pub use filter::ResizeScratch;
-use filter::{PRECISION_BITS, clip8};
+use filter::{Coefficients, PRECISION_BITS, clip8};
 
 /// A crop box in pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -143,66 +143,103 @@ fn vertical_first(in_w: usize, in_h: usize, out_w: usize, out_h: usize) -> bool 
     dh > 0 && dh > dw * 2
 }
 
-/// [`crop_resize`] with the vertical pass first ([`vertical_first`]): each output row is a
-/// weighted sum of crop rows (full crop width), then filtered horizontally.
+/// [`crop_resize`] with the vertical pass first ([`vertical_first`]), over the crop's filters
+/// `fh` (in_w → out_w) and `fv` (in_h → out_h): each output row is a weighted sum of crop rows
+/// (full crop width), then filtered horizontally. `dst` holds `out_h` rows of `out_w`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn crop_resize_vertical_first<I: Isa>(
+fn vertical_then_horizontal<I: Isa>(
     isa: I,
-    src: &[u8],
-    src_w: usize,
-    b: CropBox,
-    out_w: usize,
-    out_h: usize,
+    (src, src_w, b): (&[u8], usize, CropBox),
+    (fh, fv): (&Coefficients, &Coefficients),
     dst: &mut [u8],
     s: &mut ResizeScratch,
 ) {
-    let (in_w, in_h) = (b.width, b.height);
-    let fh = s.filter(in_w, out_w);
-    let fv = s.filter(in_h, out_h);
+    let in_w = b.width;
+    let (out_w, out_h) = (fh.bounds.len(), fv.bounds.len());
     s.temp.clear();
     s.temp.resize(in_w * out_h, 0);
     s.acc.clear();
     s.acc.resize(in_w, 0);
-    for yy in 0..out_h {
-        let (ymin, n) = fv.bounds[yy];
-        let k = &fv.coeffs[yy * fv.ksize..][..n];
-        s.acc.fill(1 << (PRECISION_BITS - 1));
-        for (t, &c) in k.iter().enumerate() {
-            let row = &src[(b.top + ymin + t) * src_w + b.left..][..in_w];
-            for (a, &p) in s.acc.iter_mut().zip(row) {
-                *a += p as i32 * c;
-            }
-        }
-        for (o, &a) in s.temp[yy * in_w..][..in_w].iter_mut().zip(&s.acc) {
-            *o = clip8(a);
+    let first_row = b.top * src_w + b.left;
+    for (yy, out) in s.temp.chunks_exact_mut(in_w).enumerate() {
+        vpass_row(src, first_row, src_w, fv, yy, &mut s.acc, out);
+    }
+    for (row, out) in s.temp.chunks_exact(in_w).zip(dst.chunks_exact_mut(out_w)) {
+        hpass_row(isa, row, fh, &mut s.wide_row, out);
+    }
+}
+
+/// Whether the horizontal pass of `fh` takes AVX2 over the widened row ([`hpass8`]).
+#[inline(always)]
+fn wide_pass<I: Isa>(isa: I, fh: &Coefficients) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return isa.avx2().is_some() && !fh.wide.is_empty();
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (isa, fh);
+        false
+    }
+}
+
+/// One row of the horizontal pass, any number of taps: AVX2 over the widened row where the
+/// filter has its wide form ([`wide_pass`]), else the portable weighted sum of each output's
+/// `n` taps from `xmin`. Shared by both pass orders.
+#[inline(always)]
+fn hpass_row<I: Isa>(
+    isa: I,
+    row: &[u8],
+    fh: &Coefficients,
+    wide_row: &mut Vec<i32>,
+    out: &mut [u8],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(avx2) = isa.avx2().filter(|_| !fh.wide.is_empty()) {
+        widen(row, wide_row);
+        hpass8(avx2, wide_row, fh, out);
+        return;
+    }
+    let _ = (isa, &wide_row);
+    for ((o, &(xmin, n)), k) in out
+        .iter_mut()
+        .zip(&fh.bounds)
+        .zip(fh.coeffs.chunks(fh.ksize))
+    {
+        let acc = row[xmin..xmin + n]
+            .iter()
+            .zip(k)
+            .fold(1i32 << (PRECISION_BITS - 1), |acc, (&p, &c)| {
+                acc + p as i32 * c
+            });
+        *o = clip8(acc);
+    }
+}
+
+/// Output row `yy` of the vertical pass by `fv`, any number of taps: the weighted sum of its
+/// input rows of `out.len()` pixels — input row `y` starts at `first_row + y * stride` in
+/// `rows` — rounded into `out` (`acc`: one i32 per pixel). Shared by both pass orders.
+#[inline(always)]
+fn vpass_row(
+    rows: &[u8],
+    first_row: usize,
+    stride: usize,
+    fv: &Coefficients,
+    yy: usize,
+    acc: &mut [i32],
+    out: &mut [u8],
+) {
+    let (ymin, n) = fv.bounds[yy];
+    let k = &fv.coeffs[yy * fv.ksize..][..n];
+    let width = out.len();
+    acc.fill(1 << (PRECISION_BITS - 1));
+    for (t, &c) in k.iter().enumerate() {
+        let row = &rows[first_row + (ymin + t) * stride..][..width];
+        for (a, &p) in acc.iter_mut().zip(row) {
+            *a += p as i32 * c;
         }
     }
-    for yy in 0..out_h {
-        let row = &s.temp[yy * in_w..][..in_w];
-        let out = &mut dst[yy * out_w..][..out_w];
-        #[cfg(target_arch = "x86_64")]
-        if let Some(avx2) = isa.avx2().filter(|_| !fh.wide.is_empty()) {
-            widen(row, &mut s.wide_row);
-            hpass8(avx2, &s.wide_row, &fh, out);
-            continue;
-        }
-        for ((o, &(xmin, n)), k) in out
-            .iter_mut()
-            .zip(&fh.bounds)
-            .zip(fh.coeffs.chunks(fh.ksize))
-        {
-            let acc = row[xmin..xmin + n]
-                .iter()
-                .zip(k)
-                .fold(1i32 << (PRECISION_BITS - 1), |acc, (&p, &c)| {
-                    acc + p as i32 * c
-                });
-            *o = clip8(acc);
-        }
+    for (o, &a) in out.iter_mut().zip(acc.iter()) {
+        *o = clip8(a);
     }
-    s.keep(in_w, out_w, fh);
-    s.keep(in_h, out_h, fv);
 }
 
 /// The crop-and-resize kernel, compiled twice ([`Portable`], and [`Avx2`] inside
@@ -232,11 +269,14 @@ fn crop_resize_impl<I: Isa>(
     }
     let need_h = in_w != out_w;
     let need_v = in_h != out_h;
-    if need_h && need_v && vertical_first(in_w, in_h, out_w, out_h) {
-        return crop_resize_vertical_first(isa, src, src_w, b, out_w, out_h, dst, s);
-    }
     let fh = s.filter(in_w, out_w);
     let fv = s.filter(in_h, out_h);
+    if need_h && need_v && vertical_first(in_w, in_h, out_w, out_h) {
+        vertical_then_horizontal(isa, (src, src_w, b), (&fh, &fv), dst, s);
+        s.keep(in_w, out_w, fh);
+        s.keep(in_h, out_h, fv);
+        return;
+    }
     // Horizontal pass over every crop row (in_h rows of out_w), or a plain copy. The row is
     // copied with zero padding so every output reads `ksize` taps (unused taps weigh 0).
     let temp_w = if need_h { out_w } else { in_w };
@@ -261,46 +301,26 @@ fn crop_resize_impl<I: Isa>(
             out.copy_from_slice(&lanes_out[..temp_w]);
             continue;
         }
-        #[cfg(target_arch = "x86_64")]
-        if let Some(avx2) = isa.avx2().filter(|_| need_h && !fh.wide.is_empty()) {
-            widen(row, &mut s.wide_row);
-            hpass8(avx2, &s.wide_row, &fh, out);
-            continue;
-        }
-        if need_h {
+        if !need_h {
+            out.copy_from_slice(row);
+        } else if fh.ksize == 3 && !wide_pass(isa, &fh) {
+            // Upsampling (every crop of a RandomResizedCrop to a larger side): three taps.
             s.row[..in_w].copy_from_slice(row);
             let padded = &s.row;
-            if fh.ksize == 3 {
-                // Upsampling (every crop of a RandomResizedCrop to a larger side): three taps.
-                for ((o, &(xmin, _)), k) in out
-                    .iter_mut()
-                    .zip(&fh.bounds)
-                    .zip(fh.coeffs.chunks_exact(3))
-                {
-                    let p = &padded[xmin..xmin + 3];
-                    let acc = (1i32 << (PRECISION_BITS - 1))
-                        + p[0] as i32 * k[0]
-                        + p[1] as i32 * k[1]
-                        + p[2] as i32 * k[2];
-                    *o = clip8(acc);
-                }
-            } else {
-                for ((o, &(xmin, _)), k) in out
-                    .iter_mut()
-                    .zip(&fh.bounds)
-                    .zip(fh.coeffs.chunks(fh.ksize))
-                {
-                    let acc = padded[xmin..xmin + fh.ksize]
-                        .iter()
-                        .zip(k)
-                        .fold(1i32 << (PRECISION_BITS - 1), |acc, (&p, &c)| {
-                            acc + p as i32 * c
-                        });
-                    *o = clip8(acc);
-                }
+            for ((o, &(xmin, _)), k) in out
+                .iter_mut()
+                .zip(&fh.bounds)
+                .zip(fh.coeffs.chunks_exact(3))
+            {
+                let p = &padded[xmin..xmin + 3];
+                let acc = (1i32 << (PRECISION_BITS - 1))
+                    + p[0] as i32 * k[0]
+                    + p[1] as i32 * k[1]
+                    + p[2] as i32 * k[2];
+                *o = clip8(acc);
             }
         } else {
-            out.copy_from_slice(row);
+            hpass_row(isa, row, &fh, &mut s.wide_row, out);
         }
     }
     s.keep(in_w, out_w, fh);
@@ -333,19 +353,8 @@ fn crop_resize_impl<I: Isa>(
     } else {
         s.acc.clear();
         s.acc.resize(out_w, 0);
-        for yy in 0..out_h {
-            let (ymin, n) = fv.bounds[yy];
-            let k = &fv.coeffs[yy * fv.ksize..][..n];
-            s.acc.fill(1 << (PRECISION_BITS - 1));
-            for (t, &c) in k.iter().enumerate() {
-                let src = &s.temp[(ymin + t) * temp_w..][..out_w];
-                for (a, &p) in s.acc.iter_mut().zip(src) {
-                    *a += p as i32 * c;
-                }
-            }
-            for (d, &a) in dst[yy * out_w..][..out_w].iter_mut().zip(&s.acc) {
-                *d = clip8(a);
-            }
+        for (yy, out) in dst[..out_w * out_h].chunks_exact_mut(out_w).enumerate() {
+            vpass_row(&s.temp, 0, temp_w, &fv, yy, &mut s.acc, out);
         }
     }
     s.keep(in_h, out_h, fv);
