@@ -20,7 +20,7 @@ use candle_core::cuda::cudarc::driver::{
 };
 use candle_core::{DType, Device, Result, Storage, Tensor};
 
-use super::fused::{
+use super::super::fused::{
     AdamArgs, CHUNK, MAX_TENSORS, Rule, SgdArgs, TensorList, check_buffers, check_disjoint,
 };
 use super::{OncePerDevice, cuda_err, load_kernels};

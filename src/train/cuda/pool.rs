@@ -1,6 +1,6 @@
 //! Max pooling on CUDA (`kernels/pool.cu`): one forward kernel that keeps each output's
 //! argmax, one backward kernel that gathers the gradient through it — in place of candle's
-//! path ([`super::model::max_pool_2x2`], [`super::model::max_pool_3x3_s2`]: two or nine
+//! path ([`crate::train::max_pool_2x2`], [`crate::train::max_pool_3x3_s2`]: two or nine
 //! reductions forward and about ten ops backward per pooling).
 //!
 //! On first use on a device both kernels are checked against candle's path (values and input
@@ -239,7 +239,7 @@ impl CustomOp1 for MaxPoolBack<'_> {
 /// windows on even and odd sides, to the last bit (a maximum is a copy, a gathered gradient a
 /// sum of at most a few copies).
 fn check(device: &Device) -> Result<()> {
-    use super::model::{max_pool_2x2, max_pool_3x3_s2};
+    use super::super::model::{max_pool_2x2, max_pool_3x3_s2};
     for (window, reference) in [
         (
             Window { k: 2, pad: 0 },
