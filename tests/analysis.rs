@@ -62,6 +62,7 @@ fn folder(dir: &Path, img_per_s: [f64; 6], steps: impl Fn(usize) -> [(f64, f64);
                 profile_startup_ms: None,
                 memory_pool: None,
                 model: None,
+                engine: None,
                 stages: None,
                 headroom: None,
             })

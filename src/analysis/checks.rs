@@ -147,6 +147,9 @@ fn data_key(s: &crate::config::Settings) -> String {
         .filter(|t| !matches!(t, TransformSpec::CpuWork(_)))
         .collect();
     let l = &s.loader;
+    // Each engine fingerprints its own batches; a torch DataLoader's random transforms also
+    // follow its worker count (each worker seeds its own generator).
+    let engine_workers = (l.engine == crate::config::Engine::Pytorch).then_some(l.workers);
     serde_json::json!([
         d,
         transforms,
@@ -154,7 +157,9 @@ fn data_key(s: &crate::config::Settings) -> String {
         l.shuffle,
         l.drop_last,
         s.experiment.seed,
-        s.distributed.ranks
+        s.distributed.ranks,
+        l.engine,
+        engine_workers
     ])
     .to_string()
 }

@@ -46,6 +46,7 @@ choice!(ModelKind: SmallCnn, Cnn, Resnet, Mlp, StandIn);
 choice!(Stem: Imagenet, Cifar);
 choice!(OptimizerKind: Adam, Adamw, Sgd);
 choice!(DeviceKind: Auto, Cpu, Cuda);
+choice!(Engine: Native, Pytorch);
 choice!(RunOrder: Alternate, Fixed, Shuffled);
 choice!(ImageFormat: Svg, Png);
 choice!(PaddingMode: Constant, Edge, Reflect, Symmetric);
@@ -64,6 +65,7 @@ pub fn choices(path: &str) -> Option<Vec<String>> {
         "model.stem" => Stem::words(),
         "optimizer.kind" => OptimizerKind::words(),
         "device.kind" => DeviceKind::words(),
+        "loader.engine" => Engine::words(),
         "protocol.order" => RunOrder::words(),
         "report.formats" => ImageFormat::words(),
         "transforms.padding_mode" => PaddingMode::words(),

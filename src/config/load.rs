@@ -27,6 +27,10 @@ use super::validate::{check_experiment_wide, check_settings};
 /// Prefix of the environment variables that override settings: `LOADERLAB_LOADER__WORKERS=4`.
 pub const ENV_PREFIX: &str = "LOADERLAB_";
 
+/// `LOADERLAB_*` variables that are not settings: `LOADERLAB_PYTHON` names the pytorch
+/// engine's interpreter when `[pytorch] python` is empty.
+pub const NOT_SETTINGS: [&str; 1] = ["LOADERLAB_PYTHON"];
+
 /// Overrides from outside the file.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -40,7 +44,7 @@ impl Overrides {
     /// `--set` arguments plus the `LOADERLAB_*` variables of this process.
     pub fn from_process(set: Vec<String>) -> Self {
         let mut env: Vec<(String, String)> = std::env::vars()
-            .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+            .filter(|(k, _)| k.starts_with(ENV_PREFIX) && !NOT_SETTINGS.contains(&k.as_str()))
             .collect();
         env.sort();
         Overrides { set, env }

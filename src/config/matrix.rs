@@ -12,7 +12,7 @@ use super::raw::{check_value, describe};
 
 /// Sections whose settings may differ between the conditions of one experiment; the others
 /// (experiment, protocol, report) describe the experiment as a whole.
-pub(super) const PER_CONDITION_SECTIONS: [&str; 7] = [
+pub(super) const PER_CONDITION_SECTIONS: [&str; 8] = [
     "dataset",
     "transforms",
     "loader",
@@ -20,6 +20,7 @@ pub(super) const PER_CONDITION_SECTIONS: [&str; 7] = [
     "optimizer",
     "device",
     "distributed",
+    "pytorch",
 ];
 
 /// One overridden setting of one condition.

@@ -11,6 +11,7 @@ mod locate;
 mod matrix;
 mod model;
 mod problem;
+mod pytorch;
 mod raw;
 mod resolved;
 mod schema;

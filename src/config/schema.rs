@@ -10,6 +10,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::pytorch::PytorchSection;
+
 pub use crate::net::Stem;
 pub use crate::transforms::ops::{
     CenterCropSpec, ColorJitterSpec, CpuWorkSpec, GrayscaleSpec, NormalizeSpec, PaddingMode,
@@ -30,6 +32,7 @@ pub struct Settings {
     pub optimizer: OptimizerSection,
     pub device: DeviceSection,
     pub distributed: DistributedSection,
+    pub pytorch: PytorchSection,
 }
 
 /// The sections that describe the experiment as a whole: how every condition is measured and
@@ -57,6 +60,7 @@ impl Default for Settings {
             optimizer: OptimizerSection::default(),
             device: DeviceSection::default(),
             distributed: DistributedSection::default(),
+            pytorch: PytorchSection::default(),
         }
     }
 }
@@ -282,6 +286,21 @@ pub struct LoaderSection {
     /// Storage requests each worker keeps outstanding (emulated storage): 1 reads one image
     /// at a time, as PyTorch's DataLoader does; N asks for N at once, as DALI and SPDL do.
     pub read_ahead: u64,
+    /// Whose loader builds the batches: loaderlab's own, or a torch DataLoader in a Python
+    /// child (`[pytorch]`).
+    pub engine: Engine,
+}
+
+/// `loader.engine`: whose loader feeds the step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    /// loaderlab's own: worker threads, its decoders and transforms.
+    #[default]
+    Native,
+    /// A real `torch.utils.data.DataLoader` over torchvision's twins of the declared pipeline
+    /// (or the user's own Dataset), in a Python child process.
+    Pytorch,
 }
 
 impl Default for LoaderSection {
@@ -295,6 +314,7 @@ impl Default for LoaderSection {
             shuffle: true,
             drop_last: true,
             read_ahead: 1,
+            engine: Engine::Native,
         }
     }
 }

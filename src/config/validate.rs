@@ -3,8 +3,8 @@
 
 use super::problem::KeyPath;
 use super::schema::{
-    CacheMode, ColorMode, DatasetKind, Encoding, ExperimentWide, ModelSection, OptimizerKind,
-    OptimizerSection, PageCache, Settings, Split, TransformSpec,
+    CacheMode, ColorMode, DatasetKind, DeviceKind, Encoding, Engine, ExperimentWide, ModelSection,
+    OptimizerKind, OptimizerSection, PageCache, Settings, Split, TransformSpec,
 };
 use crate::net::{self, ModelInput};
 use crate::shape::ImageShape;
@@ -62,7 +62,93 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
     check_loader(s, &mut out);
     check_optimizer(s, &mut out);
     super::distributed::check(s, &mut out);
+    check_engine(s, &mut out);
     out
+}
+
+/// What the pytorch engine runs in this version, each refusal naming the key and the engine:
+/// the stand-in step on the CPU (the emulated device), one rank, the dataset read as it is
+/// stored (no emulated storage), synthetic images as raw pixels; `[pytorch]` references in
+/// the `file.py:function` form.
+fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
+    let p = &s.pytorch;
+    for (name, value) in [
+        ("dataset", &p.dataset),
+        ("collate_fn", &p.collate_fn),
+        ("worker_init_fn", &p.worker_init_fn),
+    ] {
+        if !value.is_empty() && !python_reference(value) {
+            out.push((
+                KeyPath::keys(["pytorch", name]),
+                format!(
+                    "expected \"file.py:function\" (the file relative to the experiment file), \
+                     found {value:?}"
+                ),
+            ));
+        }
+    }
+    if s.loader.engine != Engine::Pytorch {
+        return;
+    }
+    let engine = "with loader.engine = \"pytorch\"";
+    let mut refuse = |path: KeyPath, what: String| out.push((path, format!("{what} {engine}")));
+    if !s.model.is_stand_in() {
+        refuse(
+            KeyPath::keys(["model", "kind"]),
+            "the PyTorch networks are not built yet: set model.kind = \"stand_in\" (your step \
+             time as model.step_ms)"
+                .into(),
+        );
+    }
+    if s.device.kind == DeviceKind::Cuda {
+        refuse(
+            KeyPath::keys(["device", "kind"]),
+            "the stand-in runs on the CPU's emulated device only (the CUDA kernel is not built \
+             yet)"
+                .into(),
+        );
+    }
+    if s.distributed.several() {
+        refuse(
+            KeyPath::keys(["distributed", "ranks"]),
+            "several ranks are not run yet".into(),
+        );
+    }
+    if p.users_dataset() {
+        refuse(
+            KeyPath::keys(["pytorch", "dataset"]),
+            "your own Dataset is not run yet (the declared [dataset] and [[transforms]] are)"
+                .into(),
+        );
+        return;
+    }
+    if s.dataset.storage.emulated() {
+        refuse(
+            KeyPath::keys(["dataset", "storage"]),
+            "emulated storage has no twin in a torch DataLoader".into(),
+        );
+    }
+    if s.dataset.kind == DatasetKind::Webdataset {
+        refuse(
+            KeyPath::keys(["dataset", "kind"]),
+            "webdataset shards are not read yet (bring your own with [pytorch] dataset)".into(),
+        );
+    }
+    if s.dataset.kind == DatasetKind::Synthetic && s.dataset.encoding != Encoding::Raw {
+        refuse(
+            KeyPath::keys(["dataset", "encoding"]),
+            "synthetic images are handed over as raw pixels only (encoding = \"raw\")".into(),
+        );
+    }
+}
+
+/// `file.py:function`: a Python file and a function name.
+fn python_reference(value: &str) -> bool {
+    value.rsplit_once(':').is_some_and(|(file, function)| {
+        file.ends_with(".py")
+            && !function.is_empty()
+            && function.chars().all(|c| c.is_alphanumeric() || c == '_')
+    })
 }
 
 /// Where the dataset's files are read from: emulated storage, read-ahead, the page cache.

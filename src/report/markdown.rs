@@ -100,6 +100,40 @@ fn models(raw: &Raw) -> String {
     }
 }
 
+/// Whose loader built each condition's batches: one line when every condition used the same
+/// engine, else one per engine with its conditions. The pytorch engine's conditions have no
+/// profiled or headroom run yet, and say so.
+fn engines(raw: &Raw) -> String {
+    const NATIVE: &str = "native: loaderlab's own (worker threads, its decoders and transforms)";
+    let mut by: Vec<(String, Vec<&str>)> = Vec::new();
+    for c in &raw.meta.conditions {
+        let e = c.engine.clone().unwrap_or_else(|| NATIVE.into());
+        match by.iter_mut().find(|(d, _)| *d == e) {
+            Some((_, names)) => names.push(&c.name),
+            None => by.push((e, vec![&c.name])),
+        }
+    }
+    let pytorch_note = if raw.meta.conditions.iter().any(|c| c.engine.is_some()) {
+        " — the pytorch engine's conditions have no profiled (torch.profiler) or headroom run \
+         yet: their stage costs, ceiling and worker prediction are not measured"
+    } else {
+        ""
+    };
+    match by.as_slice() {
+        [(e, _)] => format!("{e}{pytorch_note}"),
+        _ => {
+            let listed: Vec<String> = by
+                .iter()
+                .map(|(e, names)| {
+                    let names: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+                    format!("{e} for {}", names.join(", "))
+                })
+                .collect();
+            format!("{}{pytorch_note}", listed.join("; "))
+        }
+    }
+}
+
 fn setup(raw: &Raw) -> String {
     let (p, meta) = (&raw.plan, &raw.meta);
     let e = &p.experiment;
@@ -112,6 +146,7 @@ fn setup(raw: &Raw) -> String {
                 first.map(|c| c.dataset.clone()).unwrap_or_default(),
             ),
             ("transforms (per sample, CPU)", transforms(s)),
+            ("loader", engines(raw)),
             ("batch size", s.loader.batch_size.to_string()),
             ("model", models(raw)),
             (

@@ -104,6 +104,11 @@ pub struct ConditionMeta {
     /// classes, 545,098 parameters" (absent in folders written before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Whose loader built the batches, when not loaderlab's own: the pytorch engine with the
+    /// interpreter and the torch and torchvision versions it imported (absent: the native
+    /// engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
     /// The loader's stage clocks over the profiled run (absent without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stages: Option<crate::loader::StageTotals>,

@@ -8,6 +8,7 @@
 //! interrupted or failed run never touches earlier results. Profiled runs never enter the
 //! speed figures.
 
+pub mod engine;
 mod headroom;
 mod profiled;
 pub mod progress;
@@ -74,6 +75,8 @@ pub enum RunError {
     Rank(String),
     #[error("interrupted; the measurements so far are in {}", partial.display())]
     Interrupted { partial: PathBuf },
+    #[error("{condition} (pytorch engine): {message}")]
+    Engine { condition: String, message: String },
 }
 
 pub struct RunOptions {
@@ -179,6 +182,7 @@ pub fn run(
         prepared: &prepared,
         trainers: &mut trainers,
         metas: &mut metas,
+        engines: HashMap::new(),
     };
     let mut interrupted = runs.timed(plan, &mut out)?;
     if !interrupted && exp.protocol.headroom {
@@ -233,6 +237,8 @@ struct Runs<'a> {
     prepared: &'a [Setup],
     trainers: &'a mut Trainers,
     metas: &'a mut [ConditionMeta],
+    /// The pytorch engine's children, by condition, started on first use.
+    engines: HashMap<usize, engine::pytorch::Engine>,
 }
 
 impl Runs<'_> {
@@ -256,7 +262,15 @@ impl Runs<'_> {
             let setup = &self.prepared[planned.condition_index];
             let protocol = &self.exp.protocol;
             let total = plan.runs.len();
-            let done = if setup.workload.ranks() > 1 {
+            let done = if engine::pytorch::runs(setup.settings()) {
+                let engine = match self.engines.entry(planned.condition_index) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(engine::pytorch::Engine::start(setup, &planned.condition)?)
+                    }
+                };
+                engine.timed(planned, total, protocol, setup, out)?
+            } else if setup.workload.ranks() > 1 {
                 let devices = self.trainers.ranks(planned.condition_index, setup)?;
                 ranks::run(planned, total, protocol, setup, devices, out)?
             } else {
@@ -295,7 +309,10 @@ impl Runs<'_> {
             .conditions
             .iter()
             .enumerate()
-            .filter(|(i, _)| self.opts.profiles(*i));
+            // The pytorch engine's torch.profiler run is not built yet (said in the report).
+            .filter(|(i, _)| {
+                self.opts.profiles(*i) && !engine::pytorch::runs(self.prepared[*i].settings())
+            });
         for (i, c) in profiled {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 return Ok(true);
@@ -330,7 +347,7 @@ fn round_headroom(
     for (i, c) in exp.conditions.iter().enumerate() {
         let total = exp.protocol.headroom_steps;
         let steps = total * (r + 1) / rounds - total * r / rounds;
-        if !opts.profiles(i) || steps == 0 {
+        if !opts.profiles(i) || steps == 0 || engine::pytorch::runs(prepared[i].settings()) {
             continue;
         }
         let trainer = trainers.get(i, &prepared[i])?;

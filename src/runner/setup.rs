@@ -178,6 +178,8 @@ pub struct Setup {
     pub pool: Arc<ComputePool>,
     /// What was set on the CUDA device's memory pool, for run.json.
     pub memory_pool: Option<String>,
+    /// The pytorch engine's interpreter and versions (None: the native engine).
+    pub engine: Option<super::engine::pytorch::Versions>,
 }
 
 impl Setup {
@@ -244,6 +246,7 @@ impl Setup {
             profile_startup_ms: None,
             memory_pool: self.memory_pool.clone(),
             model: Some(self.workload.name()),
+            engine: self.engine.as_ref().map(|v| v.describe()),
             stages: None,
             headroom: None,
         }
@@ -278,6 +281,9 @@ pub enum SetupError {
     Model { key: &'static str, message: String },
     #[error("{0}")]
     Ranks(String),
+    /// The pytorch engine's interpreter lacks Python, torch or torchvision.
+    #[error("{0}")]
+    Engine(String),
     #[error("cannot start {threads} compute threads: {source}")]
     Pool {
         threads: usize,
@@ -353,6 +359,12 @@ impl Setups {
                 ComputePool::new(threads).map_err(|source| SetupError::Pool { threads, source })?,
             )),
         };
+        let engine = if super::engine::pytorch::runs(s) {
+            let python = super::engine::pytorch::interpreter(&s.pytorch);
+            Some(super::engine::pytorch::probe(&python).map_err(SetupError::Engine)?)
+        } else {
+            None
+        };
         let data = DataSetup::with_dataset(s, dataset);
         let step = match data.network()? {
             Some(net) => Step::Network(net),
@@ -361,7 +373,9 @@ impl Setups {
             },
         };
         // The stand-in step on the CPU is the emulated device; on CUDA, its kernel.
-        let emulated = matches!(step, Step::StandIn { .. }) && on_cpu;
+        // The pytorch engine's child runs the stand-in on its own emulated device, whatever
+        // device `auto` would choose.
+        let emulated = matches!(step, Step::StandIn { .. }) && (on_cpu || engine.is_some());
         Ok(Setup {
             workload: Workload {
                 step,
@@ -387,6 +401,7 @@ impl Setups {
             cores,
             pool: Arc::clone(pool),
             memory_pool,
+            engine,
         })
     }
 

@@ -1,0 +1,583 @@
+//! The pytorch engine's Rust side: one Python child per condition, started on the condition's
+//! first run and kept for its others (each run builds a new DataLoader in it, so worker
+//! start-up is measured per run, as the native engine's). The child is
+//! [`pytorch_driver.py`](DRIVER); they speak one JSON object per line, typed here by [`Reply`]
+//! (`deny_unknown_fields`: a field added on one side only is an error, not a silent default).
+//!
+//! Invariant: the child writes nothing in the results folder; its rows reach `steps.csv` and
+//! `runs.csv` through the same writers as the native engine's.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::super::resources::Used;
+use super::super::setup::Setup;
+use super::super::timed::{Timed, Window, finish};
+use super::super::{INTERRUPTED, Outputs, RunError};
+use crate::config::{DatasetKind, ProtocolSection, PytorchSection, Settings};
+use crate::plan::PlannedRun;
+use crate::results::StepRecord;
+use crate::train::QUEUE_DEPTH;
+
+/// The child's script: standard library + torch/torchvision.
+pub const DRIVER: &str = include_str!("pytorch_driver.py");
+
+/// The line protocol's version; the child says its own in [`Reply::Ready`].
+const PROTOCOL: u32 = 1;
+
+/// The environment variable that names the interpreter when `[pytorch] python` is empty (not a
+/// setting: the `LOADERLAB_*` layer leaves it out).
+pub const PYTHON_VAR: &str = "LOADERLAB_PYTHON";
+
+/// One line from the child.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum Reply {
+    Ready {
+        protocol: u32,
+        torch: String,
+        torchvision: String,
+        python: String,
+    },
+    Prepared {
+        len: u64,
+    },
+    Started {
+        startup_ms: f64,
+    },
+    Step {
+        step: usize,
+        batch_wait_ms: f64,
+        h2d_ms: f64,
+        compute_ms: f64,
+        step_ms: f64,
+        device_ms: Option<f64>,
+        fingerprint: String,
+        epoch: u64,
+    },
+    Done {
+        elapsed_s: f64,
+        images: u64,
+        process_cpu_s: f64,
+        workers_cpu_s: f64,
+        training_cpu_s: f64,
+        peak_rss_mib: f64,
+        interrupted: bool,
+    },
+    Error {
+        #[serde(rename = "where")]
+        at: String,
+        message: String,
+        traceback: String,
+    },
+}
+
+/// What the interpreter has: the versions result.json records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versions {
+    pub interpreter: String,
+    pub python: String,
+    pub torch: String,
+    pub torchvision: String,
+}
+
+impl Versions {
+    /// How the report names the engine.
+    pub fn describe(&self) -> String {
+        format!(
+            "pytorch: torch.utils.data.DataLoader (torch {}, torchvision {}, Python {} at {})",
+            self.torch, self.torchvision, self.python, self.interpreter
+        )
+    }
+}
+
+/// The interpreter a condition's child runs under: `[pytorch] python`, else `LOADERLAB_PYTHON`,
+/// else `python3` on PATH.
+pub fn interpreter(s: &PytorchSection) -> String {
+    if !s.python.is_empty() {
+        return s.python.clone();
+    }
+    std::env::var(PYTHON_VAR)
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "python3".into())
+}
+
+/// Check that `python` runs and imports torch and torchvision (once per interpreter and
+/// process: the import takes seconds); the error says which interpreter was tried, what it
+/// lacked and how to point to another.
+pub fn probe(python: &str) -> Result<Versions, String> {
+    static SEEN: Mutex<Vec<(String, Result<Versions, String>)>> = Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, answer)) = seen.iter().find(|(p, _)| p == python) {
+        return answer.clone();
+    }
+    let answer = ask(python);
+    seen.push((python.to_string(), answer.clone()));
+    answer
+}
+
+fn ask(python: &str) -> Result<Versions, String> {
+    let how = format!(
+        "set [pytorch] python = \"/path/to/python\" (or {PYTHON_VAR}) to an interpreter with torch \
+         and torchvision (pip install torch torchvision)"
+    );
+    let script = driver_file().map_err(|e| format!("cannot write the pytorch driver: {e}"))?;
+    let out = Command::new(python)
+        .arg(&script)
+        .arg("--versions")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot start the Python interpreter {python:?}: {e}; {how}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let reply = text
+        .lines()
+        .next()
+        .and_then(|l| serde_json::from_str::<Reply>(l).ok());
+    match reply {
+        Some(Reply::Ready {
+            protocol,
+            torch,
+            torchvision,
+            python: version,
+        }) if protocol == PROTOCOL => Ok(Versions {
+            interpreter: python.to_string(),
+            python: version,
+            torch,
+            torchvision,
+        }),
+        Some(Reply::Error { message, .. }) => Err(format!(
+            "the Python interpreter {python:?} cannot import torch and torchvision ({message}); \
+             {how}"
+        )),
+        _ => Err(format!(
+            "the Python interpreter {python:?} did not answer as the pytorch driver should \
+             (exit {}, stderr: {}); {how}",
+            out.status,
+            tail(&String::from_utf8_lossy(&out.stderr), 400)
+        )),
+    }
+}
+
+/// The driver, written once per process to a file Python can run (tracebacks then name it).
+fn driver_file() -> std::io::Result<PathBuf> {
+    static FILE: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut file = FILE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = file.as_ref().filter(|p| p.is_file()) {
+        return Ok(p.clone());
+    }
+    let dir = std::env::temp_dir().join(format!("loaderlab-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("pytorch_driver.py");
+    std::fs::write(&path, DRIVER)?;
+    *file = Some(path.clone());
+    Ok(path)
+}
+
+/// The end of `text`, at most `n` bytes (on a character boundary).
+fn tail(text: &str, n: usize) -> &str {
+    let mut start = text.len().saturating_sub(n);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text[start..].trim()
+}
+
+/// The condition as the child builds it: the dataset over the same bytes as the native engine
+/// reads, the transforms as loaderlab's specs (the child maps each to its torchvision twin),
+/// the loader settings one to one, the stand-in step.
+fn spec(setup: &Setup, data_dir: &Path) -> Result<serde_json::Value, RunError> {
+    let s = setup.settings();
+    let d = &s.dataset;
+    let train = d.split == crate::config::Split::Train;
+    let dataset = match d.kind {
+        DatasetKind::FashionMnist => {
+            serde_json::json!({"kind": "fashion_mnist", "root": d.root, "train": train})
+        }
+        DatasetKind::Mnist => serde_json::json!({"kind": "mnist", "root": d.root, "train": train}),
+        DatasetKind::Cifar10 => {
+            serde_json::json!({"kind": "cifar10", "root": d.root, "train": train})
+        }
+        DatasetKind::ImageFolder => serde_json::json!({
+            "kind": "image_folder",
+            "root": d.root,
+            "mode": match d.mode { crate::config::ColorMode::L => "L", crate::config::ColorMode::Rgb => "RGB" },
+        }),
+        DatasetKind::Synthetic | DatasetKind::Webdataset => raw_images(setup, data_dir)?,
+    };
+    let l = &s.loader;
+    Ok(serde_json::json!({
+        "seed": s.experiment.seed,
+        "dataset": dataset,
+        "transforms": s.transforms,
+        "loader": {
+            "batch_size": l.batch_size,
+            "workers": l.workers,
+            "prefetch_factor": l.prefetch_factor,
+            "persistent_workers": l.persistent_workers,
+            "pin_memory": l.pin_memory,
+            "shuffle": l.shuffle,
+            "drop_last": l.drop_last,
+        },
+        "step": {"kind": "stand_in", "step_ms": s.model.step_ms, "queue_depth": QUEUE_DEPTH},
+    }))
+}
+
+/// The native dataset's images and labels written as raw planar bytes for the child (synthetic
+/// images exist only in memory): the same pixels both engines read.
+fn raw_images(setup: &Setup, dir: &Path) -> Result<serde_json::Value, RunError> {
+    let d = &setup.data.dataset;
+    let shape = d.shape();
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RunError::Output { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let (images, labels) = (dir.join("images.u8"), dir.join("labels.u8"));
+    let mut pixels = vec![0u8; shape.len() * d.len()];
+    for (i, buf) in pixels.chunks_exact_mut(shape.len()).enumerate() {
+        d.image_into(i, buf);
+    }
+    std::fs::write(&images, &pixels).map_err(io(&images))?;
+    let l: Vec<u8> = (0..d.len()).map(|i| d.label(i)).collect();
+    std::fs::write(&labels, &l).map_err(io(&labels))?;
+    Ok(serde_json::json!({
+        "kind": "raw",
+        "images": images,
+        "labels": labels,
+        "shape": [shape.channels, shape.height, shape.width],
+    }))
+}
+
+/// A condition's child and what it has said.
+pub struct Engine {
+    child: Child,
+    stdin: ChildStdin,
+    replies: Receiver<Option<String>>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+    /// Where the raw images it reads were written (removed with the engine).
+    data_dir: PathBuf,
+    interrupted_sent: bool,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "{{\"cmd\": \"quit\"}}");
+        let _ = self.stdin.flush();
+        // A child that does not leave within a moment is stopped.
+        for _ in 0..50 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+impl Engine {
+    /// Start the child for `setup`'s condition and have it build the dataset.
+    pub fn start(setup: &Setup, condition: &str) -> Result<Engine, RunError> {
+        let python = interpreter(&setup.settings().pytorch);
+        let failed = |message: String| RunError::Engine {
+            condition: condition.to_string(),
+            message,
+        };
+        let script = driver_file().map_err(|e| failed(format!("cannot write the driver: {e}")))?;
+        let data_dir = script
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(format!("data-{}", sanitize(condition)));
+        let mut child = Command::new(&python)
+            .arg(&script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| failed(format!("cannot start {python:?}: {e}")))?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            let _ = child.kill();
+            return Err(failed("the child's pipes could not be opened".into()));
+        };
+        let (tx, replies) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(Some(line)).is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send(None);
+        });
+        let kept = Arc::new(Mutex::new(VecDeque::new()));
+        let sink = Arc::clone(&kept);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut k = sink.lock().unwrap_or_else(|e| e.into_inner());
+                k.push_back(line);
+                if k.len() > 20 {
+                    k.pop_front();
+                }
+            }
+        });
+        let mut engine = Engine {
+            child,
+            stdin,
+            replies,
+            stderr: kept,
+            data_dir,
+            interrupted_sent: false,
+        };
+        match engine.next(condition)? {
+            Reply::Ready { protocol, .. } if protocol == PROTOCOL => {}
+            other => return Err(engine.unexpected(condition, "ready", other)),
+        }
+        let spec = spec(setup, &engine.data_dir)?;
+        engine.send(condition, &spec)?;
+        match engine.next(condition)? {
+            // Both engines read the same images: the same count, or the declared dataset is
+            // not what the child found.
+            Reply::Prepared { len }
+                if setup.settings().dataset.kind == DatasetKind::Synthetic
+                    || len == setup.data.dataset.len() as u64 =>
+            {
+                Ok(engine)
+            }
+            Reply::Prepared { len } => Err(RunError::Engine {
+                condition: condition.to_string(),
+                message: format!(
+                    "torchvision's dataset holds {len} images where loaderlab's reader finds {} \
+                     in {}",
+                    setup.data.dataset.len(),
+                    setup.settings().dataset.root
+                ),
+            }),
+            other => Err(engine.unexpected(condition, "prepared", other)),
+        }
+    }
+
+    fn send(&mut self, condition: &str, value: &serde_json::Value) -> Result<(), RunError> {
+        writeln!(self.stdin, "{value}")
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| RunError::Engine {
+                condition: condition.to_string(),
+                message: format!("the child stopped reading: {e}{}", self.stderr_tail()),
+            })
+    }
+
+    /// The child's next reply; Ctrl-C is passed on to it once (it then ends the window and
+    /// sends the rows so far).
+    fn next(&mut self, condition: &str) -> Result<Reply, RunError> {
+        loop {
+            if INTERRUPTED.load(Ordering::SeqCst) && !self.interrupted_sent {
+                self.interrupted_sent = true;
+                // SAFETY: kill(2) with the child's own pid and a valid signal number; it reads
+                // no memory of ours.
+                unsafe {
+                    libc::kill(self.child.id() as libc::pid_t, libc::SIGINT);
+                }
+            }
+            match self.replies.recv_timeout(Duration::from_millis(100)) {
+                Ok(Some(line)) => {
+                    return serde_json::from_str(&line).map_err(|e| RunError::Engine {
+                        condition: condition.to_string(),
+                        message: format!("the child said {line:?}, which is not a reply: {e}"),
+                    });
+                }
+                Ok(None) | Err(RecvTimeoutError::Disconnected) => {
+                    let status = self
+                        .child
+                        .wait()
+                        .map_or("unknown".into(), |s| s.to_string());
+                    return Err(RunError::Engine {
+                        condition: condition.to_string(),
+                        message: format!("the Python child ended ({status}){}", self.stderr_tail()),
+                    });
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
+    fn stderr_tail(&self) -> String {
+        let k = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        if k.is_empty() {
+            String::new()
+        } else {
+            let lines: Vec<&str> = k.iter().map(String::as_str).collect();
+            format!("; its stderr ended with:\n{}", lines.join("\n"))
+        }
+    }
+
+    fn unexpected(&self, condition: &str, wanted: &str, got: Reply) -> RunError {
+        let message = match got {
+            Reply::Error {
+                at,
+                message,
+                traceback,
+            } => format!("{at}: {message}\n{}", tail(&traceback, 1500)),
+            other => format!("expected {wanted}, the child said {other:?}"),
+        };
+        RunError::Engine {
+            condition: condition.to_string(),
+            message,
+        }
+    }
+
+    /// One timed run in the child: a new DataLoader, its start-up, the warm-up, the timed
+    /// steps (written as they arrive) and the window's totals.
+    pub(in crate::runner) fn timed(
+        &mut self,
+        planned: &PlannedRun,
+        total_runs: usize,
+        p: &ProtocolSection,
+        setup: &Setup,
+        out: &mut Outputs,
+    ) -> Result<Timed, RunError> {
+        let condition = planned.condition.as_str();
+        let bar = out.reporter.progress(p.warmup_steps + p.timed_steps);
+        bar.set_message(format!(
+            "run {}/{total_runs} {condition} (round {}, pytorch engine)",
+            planned.index + 1,
+            planned.round
+        ));
+        self.send(
+            condition,
+            &serde_json::json!({"cmd": "run", "warmup": p.warmup_steps, "timed": p.timed_steps}),
+        )?;
+        let startup_ms = match self.next(condition)? {
+            Reply::Started { startup_ms } => startup_ms,
+            other => return Err(self.unexpected(condition, "started", other)),
+        };
+        loop {
+            match self.next(condition)? {
+                Reply::Step {
+                    step,
+                    batch_wait_ms,
+                    h2d_ms,
+                    compute_ms,
+                    step_ms,
+                    device_ms,
+                    fingerprint,
+                    epoch,
+                } => {
+                    let row = StepRecord {
+                        run: planned.index,
+                        condition: planned.condition.clone(),
+                        round: planned.round,
+                        position: planned.position,
+                        step,
+                        batch_wait_ms,
+                        h2d_ms,
+                        compute_ms,
+                        step_ms,
+                        loss: f64::NAN,
+                        fingerprint: u64::from_str_radix(&fingerprint, 16).unwrap_or(0),
+                        epoch,
+                        device_ms: device_ms.unwrap_or(f64::NAN),
+                        rank: 0,
+                        sync_ms: 0.0,
+                    };
+                    out.step(&row)?;
+                    bar.inc(1);
+                }
+                Reply::Done {
+                    elapsed_s,
+                    images,
+                    process_cpu_s,
+                    workers_cpu_s,
+                    training_cpu_s,
+                    peak_rss_mib,
+                    interrupted,
+                } => {
+                    bar.finish_and_clear();
+                    let window = Window {
+                        startup_ms,
+                        elapsed_s,
+                        images,
+                        interrupted: interrupted || INTERRUPTED.load(Ordering::SeqCst),
+                        used: Used {
+                            process_cpu_s,
+                            workers_cpu_s,
+                            training_cpu_s,
+                            peak_rss_mib,
+                        },
+                        resident: f64::NAN,
+                    };
+                    return finish(planned, setup, window, out);
+                }
+                other => return Err(self.unexpected(condition, "a step or done", other)),
+            }
+        }
+    }
+}
+
+/// A condition name as a folder name.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// Whether a condition's batches come from the pytorch engine.
+pub fn runs(s: &Settings) -> bool {
+    s.loader.engine == crate::config::Engine::Pytorch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every reply the driver can send is one the enum reads (the driver's own field names):
+    /// a field added on one side only fails here.
+    #[test]
+    fn the_drivers_replies_parse() {
+        for line in [
+            r#"{"kind": "ready", "protocol": 1, "torch": "2.5", "torchvision": "0.20", "python": "3.11.7"}"#,
+            r#"{"kind": "prepared", "len": 60000}"#,
+            r#"{"kind": "started", "startup_ms": 12.5}"#,
+            r#"{"kind": "step", "step": 0, "batch_wait_ms": 1.0, "h2d_ms": 0.1, "compute_ms": 0.01, "step_ms": 1.11, "fingerprint": "00ff00ff00ff00ff", "epoch": 0, "device_ms": null}"#,
+            r#"{"kind": "done", "elapsed_s": 1.0, "images": 256, "process_cpu_s": 1.0, "workers_cpu_s": 0.5, "training_cpu_s": 0.5, "peak_rss_mib": 300.0, "interrupted": false}"#,
+            r#"{"kind": "error", "where": "dataset fashion_mnist", "message": "RuntimeError: x", "traceback": "..."}"#,
+        ] {
+            serde_json::from_str::<Reply>(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        }
+        let extra = r#"{"kind": "started", "startup_ms": 1.0, "workers": 2}"#;
+        assert!(serde_json::from_str::<Reply>(extra).is_err());
+        // Each kind the driver says is one the enum has.
+        for kind in ["ready", "prepared", "started", "step", "done", "error"] {
+            assert!(
+                DRIVER.contains(&format!("\"kind\": \"{kind}\"")),
+                "the driver never says {kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_interpreter_is_the_setting_then_the_variable_then_python3() {
+        let set = PytorchSection {
+            python: "/opt/py/bin/python".into(),
+            ..Default::default()
+        };
+        assert_eq!(interpreter(&set), "/opt/py/bin/python");
+    }
+
+    #[test]
+    fn a_missing_interpreter_is_named_with_the_way_out() {
+        let e = probe("/no/such/python3").unwrap_err();
+        assert!(e.contains("\"/no/such/python3\""), "{e}");
+        assert!(e.contains("[pytorch] python"), "{e}");
+    }
+}

@@ -1,0 +1,467 @@
+# loaderlab's pytorch engine: the child process that runs a real torch.utils.data.DataLoader.
+#
+# loaderlab starts this script with the interpreter the experiment names, writes one JSON line
+# (the condition: dataset, transforms, loader settings, step), then one JSON line per command
+# ({"cmd": "run", ...} for a timed run, {"cmd": "quit"}). Every answer is one JSON object per
+# line on stdout with a "kind" field, typed on the Rust side by a serde enum
+# (src/runner/engine/pytorch.rs); stderr is free for Python's own messages. An exception in the
+# user's code is answered with {"kind": "error"} naming where it happened and the end of the
+# traceback. Standard library + torch/torchvision only.
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+PROTOCOL = 1
+
+
+def say(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def fail(where, exc):
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+    say({"kind": "error", "where": where, "message": f"{type(exc).__name__}: {exc}", "traceback": tail})
+
+
+def versions():
+    import torch
+    import torchvision
+
+    return {
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "python": sys.version.split()[0],
+    }
+
+
+# --- the declared pipeline ----------------------------------------------------------------
+
+
+def twin(spec):
+    """The torchvision twin of one of loaderlab's transform ops, with the same parameters."""
+    from torchvision import transforms as T
+    from torchvision.transforms import InterpolationMode
+
+    op = spec["op"]
+    size = spec.get("size")
+    if op == "random_resized_crop":
+        return T.RandomResizedCrop(
+            size,
+            scale=tuple(spec["scale"]),
+            ratio=tuple(spec["ratio"]),
+            interpolation=InterpolationMode.BILINEAR,
+        )
+    if op == "random_rotation":
+        return T.RandomRotation(
+            spec["degrees"], interpolation=InterpolationMode.NEAREST, fill=spec.get("fill", 0)
+        )
+    if op == "random_horizontal_flip":
+        return T.RandomHorizontalFlip(spec["p"])
+    if op == "random_vertical_flip":
+        return T.RandomVerticalFlip(spec["p"])
+    if op == "resize":
+        max_size = spec.get("max_size") or None
+        return T.Resize(size, interpolation=InterpolationMode.BILINEAR, max_size=max_size)
+    if op == "center_crop":
+        return T.CenterCrop(size)
+    if op == "random_crop":
+        padding = spec.get("padding") or None
+        return T.RandomCrop(
+            size,
+            padding=padding,
+            pad_if_needed=spec.get("pad_if_needed", False),
+            fill=spec.get("fill", 0),
+            padding_mode=spec.get("padding_mode", "constant"),
+        )
+    if op == "color_jitter":
+        return T.ColorJitter(spec["brightness"], spec["contrast"], spec["saturation"], spec["hue"])
+    if op == "grayscale":
+        return T.Grayscale(spec["num_output_channels"])
+    if op == "random_grayscale":
+        return T.RandomGrayscale(spec["p"])
+    if op == "to_tensor":
+        return T.ToTensor()
+    if op == "normalize":
+        return T.Normalize(spec["mean"], spec["std"])
+    if op == "cpu_work":
+        return CpuWork(spec["us"])
+    raise ValueError(f"op {op!r} has no torchvision twin")
+
+
+class CpuWork:
+    """loaderlab's cpu_work: a busy loop of `us` microseconds per image; the image passes unchanged."""
+
+    def __init__(self, us):
+        self.s = us / 1e6
+
+    def __call__(self, img):
+        end = time.thread_time() + self.s
+        while time.thread_time() < end:
+            pass
+        return img
+
+    def __repr__(self):
+        return f"CpuWork(us={self.s * 1e6:g})"
+
+
+class RawImages:
+    """Images loaderlab wrote as raw planar bytes (synthetic data): the same pixels both engines read."""
+
+    def __init__(self, path, labels, shape, transform):
+        self.path, self.labels, self.shape, self.transform = path, labels, tuple(shape), transform
+        c, h, w = self.shape
+        self.size = c * h * w
+        with open(labels, "rb") as f:
+            self.targets = list(f.read())
+        self.data = None
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        if self.data is None:  # opened in each worker, after the fork or spawn
+            with open(self.path, "rb") as f:
+                self.data = f.read()
+        c, h, w = self.shape
+        raw = self.data[i * self.size : (i + 1) * self.size]
+        if c == 1:
+            img = Image.frombytes("L", (w, h), raw)
+        else:
+            planes = [Image.frombytes("L", (w, h), raw[k * h * w : (k + 1) * h * w]) for k in range(c)]
+            img = Image.merge("RGB", planes)
+        return self.transform(img), self.targets[i]
+
+
+def load_user(ref, base):
+    """`file.py:function` relative to the experiment's folder: the function, imported by path."""
+    file, _, func = ref.rpartition(":")
+    path = os.path.join(base, file)
+    spec = importlib.util.spec_from_file_location(
+        "loaderlab_user_" + os.path.basename(file).replace(".", "_"), path
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    spec.loader.exec_module(module)
+    return getattr(module, func)
+
+
+def dataset_of(cfg):
+    from torchvision import datasets
+    from torchvision import transforms as T
+
+    d = cfg["dataset"]
+    transform = T.Compose([twin(s) for s in cfg["transforms"]])
+    kind = d["kind"]
+    if kind == "user":
+        return load_user(d["function"], d["base"])()
+    if kind == "raw":
+        return RawImages(d["images"], d["labels"], d["shape"], transform)
+    if kind in ("fashion_mnist", "mnist"):
+        cls = datasets.FashionMNIST if kind == "fashion_mnist" else datasets.MNIST
+        return cls(d["root"], train=d["train"], transform=transform, download=False)
+    if kind == "cifar10":
+        return datasets.CIFAR10(d["root"], train=d["train"], transform=transform, download=False)
+    if kind == "image_folder":
+        mode = d.get("mode", "RGB")
+        return datasets.ImageFolder(d["root"], transform=transform, loader=lambda p: pil_loader(p, mode))
+    raise ValueError(f"dataset kind {kind!r} is not read by the pytorch engine")
+
+
+def pil_loader(path, mode):
+    from PIL import Image
+
+    with open(path, "rb") as f:
+        return Image.open(f).convert(mode)
+
+
+# --- the step: the stand-in's emulated device -----------------------------------------------
+
+
+class EmulatedDevice:
+    """loaderlab's stand-in on the CPU, as the native engine runs it: the host copies the batch
+    into device memory (h2d), then only enqueues the step; a device thread runs the steps in
+    order on its own schedule (a step starts when enqueued or when the previous one ended,
+    whichever is later, and ends step_ms later) and sleeps while busy, holding no core. The
+    host's enqueue waits only when `depth` steps already wait behind the running one."""
+
+    def __init__(self, step_ms, depth):
+        self.step_s = step_ms / 1e3
+        self.depth = depth
+        self.cv = threading.Condition()
+        self.queue = []
+        self.enqueued = 0
+        self.done = 0
+        self.marks = []
+        self.recording = False
+        self.checksum = 0.0
+        self.stop = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        free_at = 0.0
+        while True:
+            with self.cv:
+                while not self.queue and not self.stop:
+                    self.cv.wait()
+                if self.stop:
+                    return
+                images, labels, enqueued = self.queue[0]
+            start = max(enqueued, free_at)
+            # The device reads every byte of the batch (so the copy cannot be skipped).
+            self.checksum += float(images.sum()) + float(labels.sum())
+            end = start + self.step_s
+            now = time.perf_counter()
+            if end > now:
+                time.sleep(end - now)
+            free_at = end
+            with self.cv:
+                self.queue.pop(0)
+                self.done += 1
+                if self.recording:
+                    self.marks.append((start, end))
+                self.cv.notify_all()
+
+    def enqueue(self, images, labels):
+        with self.cv:
+            while self.enqueued - self.done > self.depth:
+                self.cv.wait()
+            self.queue.append((images, labels, time.perf_counter()))
+            self.enqueued += 1
+            self.cv.notify_all()
+
+    def synchronize(self):
+        with self.cv:
+            while self.done < self.enqueued:
+                self.cv.wait()
+
+    def record(self, on):
+        with self.cv:
+            self.recording = on
+            if on:
+                self.marks = []
+
+    def close(self):
+        with self.cv:
+            self.stop = True
+            self.cv.notify_all()
+
+
+# --- what a run measures ---------------------------------------------------------------------
+
+
+def fingerprint(images, labels):
+    """64 bits of the batch's bytes (images as float32, labels as int64): this engine's own."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(images.contiguous().numpy().tobytes())
+    h.update(labels.to(dtype=__import__("torch").int64).contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def cpu_s(pid):
+    """User + system CPU seconds of process `pid` (/proc), 0 where it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def peak_rss_mib(pids):
+    """The peak resident memory of each process (VmHWM), summed over the tree, MiB."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+class Condition:
+    def __init__(self, cfg):
+        import torch
+
+        self.cfg = cfg
+        torch.manual_seed(cfg["seed"])
+        self.dataset = dataset_of(cfg)
+        step = cfg["step"]
+        self.device = EmulatedDevice(step["step_ms"], step["queue_depth"])
+        self.torch = torch
+        self.epoch = 0
+
+    def loader(self):
+        import torch
+        from torch.utils.data import DataLoader
+
+        lc = self.cfg["loader"]
+        workers = lc["workers"]
+        generator = torch.Generator()
+        generator.manual_seed(self.cfg["seed"])
+        extra = {}
+        if workers > 0:
+            extra = {"prefetch_factor": lc["prefetch_factor"], "persistent_workers": lc["persistent_workers"]}
+        user = self.cfg.get("user", {})
+        if user.get("collate_fn"):
+            extra["collate_fn"] = load_user(user["collate_fn"], user["base"])
+        if user.get("worker_init_fn"):
+            extra["worker_init_fn"] = load_user(user["worker_init_fn"], user["base"])
+        return DataLoader(
+            self.dataset,
+            batch_size=lc["batch_size"],
+            shuffle=lc["shuffle"],
+            num_workers=workers,
+            pin_memory=lc["pin_memory"] and torch.cuda.is_available(),
+            drop_last=lc["drop_last"],
+            generator=generator,
+            **extra,
+        )
+
+    def run(self, warmup, timed):
+        """One timed run: a new DataLoader (its workers' start-up timed to the first batch),
+        `warmup` untimed steps, then `timed` steps each on the monotonic clock."""
+        torch = self.torch
+        # Every run draws the same random transform parameters: at 0 workers they come from
+        # this process's generator, with workers from per-worker seeds the loader's generator
+        # (seeded in loader()) hands out.
+        torch.manual_seed(self.cfg["seed"])
+        loader = self.loader()
+        started = time.perf_counter()
+        it = iter(loader)
+        first = next(it)
+        startup_ms = (time.perf_counter() - started) * 1e3
+        say({"kind": "started", "startup_ms": startup_ms})
+        pending = [first]
+        epoch = 0
+        device = self.device
+
+        def next_batch():
+            nonlocal it, epoch
+            if pending:
+                return pending.pop()
+            try:
+                return next(it)
+            except StopIteration:
+                epoch += 1
+                it = iter(loader)
+                return next(it)
+
+        def one_step():
+            t0 = time.perf_counter()
+            images, labels = next_batch()
+            t1 = time.perf_counter()
+            # The host's copy into the emulated device's memory.
+            on_device = (images.clone(), labels.clone())
+            t2 = time.perf_counter()
+            device.enqueue(*on_device)
+            t3 = time.perf_counter()
+            return t0, t1, t2, t3, images, labels
+
+        for _ in range(warmup):
+            one_step()
+        device.synchronize()
+        workers = [w.pid for w in getattr(it, "_workers", [])]
+        me = os.getpid()
+        cpu0 = {pid: cpu_s(pid) for pid in workers}
+        main0 = time.process_time()
+        rows = []
+        interrupted = False
+        device.record(True)
+        window = time.perf_counter()
+        try:
+            for step in range(timed):
+                t0, t1, t2, t3, images, labels = one_step()
+                rows.append(
+                    {
+                        "step": step,
+                        "batch_wait_ms": (t1 - t0) * 1e3,
+                        "h2d_ms": (t2 - t1) * 1e3,
+                        "compute_ms": (t3 - t2) * 1e3,
+                        "step_ms": (t3 - t0) * 1e3,
+                        "fingerprint": fingerprint(images, labels),
+                        "epoch": epoch,
+                        "images": int(labels.shape[0]),
+                    }
+                )
+        except KeyboardInterrupt:
+            interrupted = True
+        device.synchronize()
+        elapsed_s = time.perf_counter() - window
+        device.record(False)
+        main_cpu = time.process_time() - main0
+        workers_cpu = sum(cpu_s(pid) - cpu0.get(pid, 0.0) for pid in workers)
+        peak = peak_rss_mib([me] + workers)
+        for row, (start, end) in zip(rows, device.marks):
+            row["device_ms"] = (end - start) * 1e3
+        images = sum(row.pop("images") for row in rows)
+        for row in rows:
+            row.setdefault("device_ms", None)
+            say({"kind": "step", **row})
+        say(
+            {
+                "kind": "done",
+                "elapsed_s": elapsed_s,
+                "images": images,
+                "process_cpu_s": main_cpu + workers_cpu,
+                "workers_cpu_s": workers_cpu,
+                "training_cpu_s": main_cpu,
+                "peak_rss_mib": peak,
+                "interrupted": interrupted,
+            }
+        )
+
+
+def check_items(dataset, where):
+    """The user's Dataset must give (image tensor, label)."""
+    import torch
+
+    item = dataset[0]
+    if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], torch.Tensor)):
+        raise TypeError(f"{where}: items must be (image tensor, label), item 0 is {type(item).__name__}")
+
+
+def main():
+    try:
+        say({"kind": "ready", "protocol": PROTOCOL, **versions()})
+    except Exception as exc:  # noqa: BLE001 - any import failure is the answer
+        fail("import torch, torchvision", exc)
+        return 2
+    if len(sys.argv) > 1 and sys.argv[1] == "--versions":
+        return 0
+    cfg = json.loads(sys.stdin.readline())
+    where = cfg["dataset"].get("function") or f"dataset {cfg['dataset']['kind']}"
+    try:
+        cond = Condition(cfg)
+        if cfg["dataset"]["kind"] == "user":
+            check_items(cond.dataset, where)
+    except Exception as exc:  # noqa: BLE001
+        fail(where, exc)
+        return 1
+    say({"kind": "prepared", "len": len(cond.dataset)})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["cmd"] == "quit":
+            break
+        try:
+            cond.run(cmd["warmup"], cmd["timed"])
+        except Exception as exc:  # noqa: BLE001
+            fail(where, exc)
+            return 1
+    cond.device.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

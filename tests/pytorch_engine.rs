@@ -1,0 +1,270 @@
+//! The pytorch engine (`loader.engine = "pytorch"`): the declared pipeline in a real
+//! torch DataLoader in a Python child, through the same protocol, results and report.
+//!
+//! The tests that run the child need an interpreter with torch and torchvision: `.ci/run`
+//! installs them into `target/venv` (or set LOADERLAB_TEST_PYTHON); elsewhere they say SKIPPED,
+//! and under `CI=true` fail instead.
+
+use std::path::{Path, PathBuf};
+use std::process::Command as StdCommand;
+
+use serde_json::Value;
+
+mod common;
+use common::loaderlab;
+
+/// The interpreter with torch and torchvision the tests run the child under, if any.
+fn python() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var("LOADERLAB_TEST_PYTHON")
+            .ok()
+            .map(PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python")),
+    ];
+    let found = candidates.into_iter().flatten().find(|p| {
+        StdCommand::new(p)
+            .args(["-c", "import torch, torchvision"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if found.is_none() {
+        common::skip(
+            "no Python with torch and torchvision (.ci/run installs them into target/venv; or \
+             set LOADERLAB_TEST_PYTHON)",
+        );
+    }
+    found
+}
+
+/// The seed's chain on synthetic 28×28 images against a stand-in step, on the pytorch engine.
+fn experiment(name: &str, python: &Path, rest: &str) -> String {
+    format!(
+        r#"
+[experiment]
+name = "{name}"
+seed = 7
+
+[dataset]
+kind = "synthetic"
+synthetic_size = 2048
+
+[loader]
+batch_size = 64
+engine = "pytorch"
+
+[model]
+kind = "stand_in"
+step_ms = 5
+
+[pytorch]
+python = "{}"
+
+{rest}
+"#,
+        python.display()
+    )
+}
+
+fn json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn the_seed_chain_runs_in_a_torch_dataloader_with_the_same_results_contract() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let text = experiment(
+        "pt",
+        &python,
+        "[protocol]\nwarmup_steps = 2\ntimed_steps = 8\nrounds = 2\n\n\
+         [matrix]\n\"loader.workers\" = [0, 2]\n",
+    );
+    let out = common::run_experiment(dir.path(), "pt", &text);
+    // Every timed step a row, every run a row, as for the native engine.
+    let steps = std::fs::read_to_string(out.join("steps.csv")).unwrap();
+    assert_eq!(steps.lines().count(), 1 + 4 * 8, "{steps}");
+    let runs = std::fs::read_to_string(out.join("runs.csv")).unwrap();
+    assert_eq!(runs.lines().count(), 1 + 4);
+    let r = json(&out.join("result.json"));
+    for c in r["run"]["conditions"].as_array().unwrap() {
+        let engine = c["engine"].as_str().unwrap();
+        assert!(
+            engine.starts_with("pytorch: torch.utils.data.DataLoader (torch "),
+            "{engine}"
+        );
+        assert_eq!(c["compute_device"], "stand_in");
+    }
+    for c in r["analysis"]["conditions"].as_array().unwrap() {
+        // The emulated device's own schedule: 5 ms per step.
+        let device_ms = c["device_median_ms"].as_f64().unwrap();
+        assert!((device_ms / 5.0 - 1.0).abs() < 0.1, "{device_ms} ms: {c}");
+        assert!(c["startup_ms"]["point"].as_f64().unwrap_or(1.0) > 0.0);
+    }
+    // Each condition's rounds saw the same batches; the two worker counts are separate groups
+    // (a torch DataLoader's random transforms follow its worker seeds).
+    let d = &r["analysis"]["determinism"];
+    assert_eq!(d["inconsistent_conditions"], serde_json::json!([]), "{d}");
+    assert_eq!(d["groups_follow_settings"], true, "{d}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("| loader | pytorch: torch.utils.data.DataLoader"),
+        "{report}"
+    );
+    assert!(report.contains("no profiled (torch.profiler) or headroom run yet"));
+    let verify = loaderlab().arg("verify").arg(&out).output().unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+}
+
+#[test]
+fn an_exception_in_the_dataset_ends_the_run_with_the_end_of_its_traceback() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // An image folder whose only image is not an image: torchvision's loader raises in the
+    // child (loaderlab's own reader would decode nothing before the run).
+    let root = dir.path().join("images");
+    std::fs::create_dir_all(root.join("a")).unwrap();
+    std::fs::write(root.join("a/broken.png"), b"not a png at all").unwrap();
+    let text = format!(
+        r#"
+[experiment]
+name = "broken"
+
+[dataset]
+kind = "image_folder"
+root = "{}"
+
+[loader]
+batch_size = 1
+engine = "pytorch"
+drop_last = false
+
+[model]
+kind = "stand_in"
+step_ms = 1
+
+[pytorch]
+python = "{}"
+
+[[transforms]]
+op = "resize"
+size = 8
+
+[[transforms]]
+op = "center_crop"
+size = 8
+
+[[transforms]]
+op = "to_tensor"
+
+[protocol]
+warmup_steps = 1
+timed_steps = 2
+rounds = 1
+profile = false
+headroom = false
+"#,
+        root.display(),
+        python.display()
+    );
+    let file = dir.path().join("broken.toml");
+    std::fs::write(&file, text).unwrap();
+    let output = loaderlab()
+        .arg(&file)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("(pytorch engine)"), "{stderr}");
+    assert!(stderr.contains("UnidentifiedImageError"), "{stderr}");
+    assert!(
+        stderr.contains("Traceback") || stderr.contains("File \""),
+        "{stderr}"
+    );
+    // One message, not a raw 200-line traceback.
+    assert!(stderr.lines().count() < 40, "{stderr}");
+}
+
+#[test]
+fn an_interpreter_without_torch_is_refused_before_any_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = experiment("nopy", Path::new("/no/such/python3"), "");
+    let file = dir.path().join("nopy.toml");
+    std::fs::write(&file, text).unwrap();
+    let output = loaderlab()
+        .arg(&file)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("\"/no/such/python3\""), "{stderr}");
+    assert!(stderr.contains("[pytorch] python"), "{stderr}");
+    assert!(!dir.path().join("out").exists(), "nothing was run");
+}
+
+#[test]
+fn what_the_engine_does_not_run_yet_is_refused_naming_the_key_and_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("refused.toml");
+    std::fs::write(
+        &file,
+        r#"
+[dataset]
+kind = "webdataset"
+shards = ["a.tar"]
+
+[loader]
+engine = "pytorch"
+
+[model]
+kind = "small_cnn"
+
+[pytorch]
+collate_fn = "collate"
+"#,
+    )
+    .unwrap();
+    let output = loaderlab().arg("validate").arg(&file).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(2), "{text}");
+    for key in ["model.kind", "dataset.kind", "pytorch.collate_fn"] {
+        assert!(text.contains(key), "{key}: {text}");
+    }
+    assert!(text.contains("with loader.engine = \"pytorch\""), "{text}");
+    assert!(
+        text.contains("expected \\\"file.py:function\\\"") || text.contains("file.py:function")
+    );
+    // The engine is a matrix axis like every loader setting.
+    std::fs::write(
+        &file,
+        "[model]\nkind = \"stand_in\"\nstep_ms = 10\n\n[matrix]\n\"loader.engine\" = [\"native\", \"pytorch\"]\n",
+    )
+    .unwrap();
+    let output = loaderlab().arg("validate").arg(&file).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // An unknown engine lists the words.
+    std::fs::write(&file, "[loader]\nengine = \"dali\"\n").unwrap();
+    let output = loaderlab().arg("validate").arg(&file).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stderr).to_string()
+        + &String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("native") && text.contains("pytorch"),
+        "{text}"
+    );
+}
