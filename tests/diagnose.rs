@@ -151,6 +151,16 @@ fn the_emitted_stand_in_experiment_is_valid_and_carries_the_step() {
     );
     assert_eq!(toml["loader"]["batch_size"].as_integer(), Some(32));
     assert!(text.contains("PLACEHOLDER: replace this chain with your own transforms"));
+    // The worker count it reads is the user's DataLoader's; both engines one line away.
+    assert_eq!(toml["loader"]["engine"].as_str(), Some("pytorch"));
+    assert!(
+        text.contains("# dataset = \"my_data.py:make_dataset\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("# \"loader.engine\" = [\"pytorch\", \"native\"]"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -120,6 +120,54 @@ fn the_seed_chain_runs_in_a_torch_dataloader_with_the_same_results_contract() {
 }
 
 #[test]
+fn encoded_synthetic_images_reach_the_child_as_the_same_files() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"
+[experiment]
+name = "jpegs"
+
+[dataset]
+kind = "synthetic"
+synthetic_size = 64
+size = [40, 48]
+channels = 3
+encoding = "jpeg"
+
+[loader]
+batch_size = 16
+engine = "pytorch"
+
+[model]
+kind = "stand_in"
+step_ms = 1
+
+[pytorch]
+python = "{}"
+
+[[transforms]]
+op = "random_resized_crop"
+size = 32
+
+[[transforms]]
+op = "to_tensor"
+
+[protocol]
+warmup_steps = 1
+timed_steps = 3
+rounds = 1
+profile = false
+headroom = false
+"#,
+        python.display()
+    );
+    let out = common::run_experiment(dir.path(), "jpegs", &text);
+    let steps = std::fs::read_to_string(out.join("steps.csv")).unwrap();
+    assert_eq!(steps.lines().count(), 1 + 3, "{steps}");
+}
+
+#[test]
 fn an_exception_in_the_dataset_ends_the_run_with_the_end_of_its_traceback() {
     let Some(python) = python() else { return };
     let dir = tempfile::tempdir().unwrap();

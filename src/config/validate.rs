@@ -134,12 +134,6 @@ fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             "webdataset shards are not read yet (bring your own with [pytorch] dataset)".into(),
         );
     }
-    if s.dataset.kind == DatasetKind::Synthetic && s.dataset.encoding != Encoding::Raw {
-        refuse(
-            KeyPath::keys(["dataset", "encoding"]),
-            "synthetic images are handed over as raw pixels only (encoding = \"raw\")".into(),
-        );
-    }
 }
 
 /// `file.py:function`: a Python file and a function name.

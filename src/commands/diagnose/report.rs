@@ -163,8 +163,9 @@ pub fn emit_experiment(d: &Diagnosis) -> String {
     // Rounded to the µs: a step time, not a float's last digits.
     let step = (step_ms * 1e3).round() / 1e3;
     format!(
-        r#"# A stand-in for the job in {trace}: its step replayed on an emulated device, so
-# the report answers for that job. Written by `loaderlab diagnose --emit`.
+        r#"# A stand-in for the job in {trace}: its step replayed on an emulated device against your
+# pipeline in a real PyTorch DataLoader, so the report answers for that job and the worker count
+# it reads is your DataLoader's. Written by `loaderlab diagnose --emit`.
 # Run: loaderlab stand_in.toml   (then: loaderlab tune stand_in.toml)
 
 [experiment]
@@ -185,6 +186,15 @@ encoding = "jpeg"
 [loader]
 {batch}
 workers = 0
+# Your DataLoader: a real torch.utils.data.DataLoader in a Python child ([pytorch] python, else
+# LOADERLAB_PYTHON, else python3 on PATH; it needs torch and torchvision), over torchvision's
+# twins of the transforms below. "native" is loaderlab's own loader: the matrix's commented
+# "loader.engine" line sets both side by side.
+engine = "pytorch"
+
+# [pytorch]
+# python = "/path/to/venv/bin/python"
+# dataset = "my_data.py:make_dataset"   # your own Dataset (validated; not run yet in this version)
 
 [model]
 kind = "stand_in"
@@ -217,6 +227,7 @@ rounds = 3
 
 [matrix]
 "loader.workers" = [0, 2, 4]
+# "loader.engine" = ["pytorch", "native"]   # what loaderlab's own loader would give
 
 # To run this pipeline with a real network of loaderlab's instead (model.kind = "small_cnn",
 # "resnet", …) on the traced GPU, keep the traced step as the yardstick: the report then says

@@ -231,8 +231,9 @@ fn spec(setup: &Setup, data_dir: &Path) -> Result<serde_json::Value, RunError> {
     }))
 }
 
-/// The native dataset's images and labels written as raw planar bytes for the child (synthetic
-/// images exist only in memory): the same pixels both engines read.
+/// The native dataset's images and labels written for the child (synthetic images exist only in
+/// memory): encoded ones as their very files (JPEG, PNG) one after another with their offsets,
+/// raw ones as planar bytes — the same bytes both engines read.
 fn raw_images(setup: &Setup, dir: &Path) -> Result<serde_json::Value, RunError> {
     let d = &setup.data.dataset;
     let shape = d.shape();
@@ -241,14 +242,31 @@ fn raw_images(setup: &Setup, dir: &Path) -> Result<serde_json::Value, RunError> 
         move |source| RunError::Output { path, source }
     };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let (images, labels) = (dir.join("images.u8"), dir.join("labels.u8"));
+    let labels = dir.join("labels.u8");
+    let l: Vec<u8> = (0..d.len()).map(|i| d.label(i)).collect();
+    std::fs::write(&labels, &l).map_err(io(&labels))?;
+    if d.storage().decodes() {
+        let files = dir.join("encoded.bin");
+        let (mut bytes, mut offsets) = (Vec::new(), vec![0u64]);
+        for i in 0..d.len() {
+            bytes.extend(d.storage().encoded(i).unwrap_or_default());
+            offsets.push(bytes.len() as u64);
+        }
+        std::fs::write(&files, &bytes).map_err(io(&files))?;
+        return Ok(serde_json::json!({
+            "kind": "encoded",
+            "files": files,
+            "offsets": offsets,
+            "labels": labels,
+            "mode": if shape.channels == 1 { "L" } else { "RGB" },
+        }));
+    }
+    let images = dir.join("images.u8");
     let mut pixels = vec![0u8; shape.len() * d.len()];
     for (i, buf) in pixels.chunks_exact_mut(shape.len()).enumerate() {
         d.image_into(i, buf);
     }
     std::fs::write(&images, &pixels).map_err(io(&images))?;
-    let l: Vec<u8> = (0..d.len()).map(|i| d.label(i)).collect();
-    std::fs::write(&labels, &l).map_err(io(&labels))?;
     Ok(serde_json::json!({
         "kind": "raw",
         "images": images,

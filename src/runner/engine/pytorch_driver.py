@@ -140,6 +140,31 @@ class RawImages:
         return self.transform(img), self.targets[i]
 
 
+class EncodedImages:
+    """Encoded images (JPEG, PNG) loaderlab wrote one after another with their offsets
+    (synthetic data): the same files both engines decode, here with Pillow, as torchvision does."""
+
+    def __init__(self, path, offsets, labels, mode, transform):
+        self.path, self.offsets, self.mode, self.transform = path, offsets, mode, transform
+        with open(labels, "rb") as f:
+            self.targets = list(f.read())
+        self.data = None
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, i):
+        import io
+
+        from PIL import Image
+
+        if self.data is None:  # opened in each worker, after the fork or spawn
+            with open(self.path, "rb") as f:
+                self.data = f.read()
+        raw = self.data[self.offsets[i] : self.offsets[i + 1]]
+        return self.transform(Image.open(io.BytesIO(raw)).convert(self.mode)), self.targets[i]
+
+
 def load_user(ref, base):
     """`file.py:function` relative to the experiment's folder: the function, imported by path."""
     file, _, func = ref.rpartition(":")
@@ -164,6 +189,8 @@ def dataset_of(cfg):
         return load_user(d["function"], d["base"])()
     if kind == "raw":
         return RawImages(d["images"], d["labels"], d["shape"], transform)
+    if kind == "encoded":
+        return EncodedImages(d["files"], d["offsets"], d["labels"], d["mode"], transform)
     if kind in ("fashion_mnist", "mnist"):
         cls = datasets.FashionMNIST if kind == "fashion_mnist" else datasets.MNIST
         return cls(d["root"], train=d["train"], transform=transform, download=False)
