@@ -29,12 +29,17 @@ charts = false
 
 /// Write a results folder: per run its img/s and its four steps' (batch_wait, compute) ms.
 fn folder(dir: &Path, img_per_s: [f64; 6], steps: impl Fn(usize) -> [(f64, f64); 4]) {
-    let exp = load_str(
-        Path::new("handmade.toml"),
-        EXPERIMENT,
-        &Overrides::default(),
-    )
-    .unwrap();
+    folder_of(dir, EXPERIMENT, |run| img_per_s[run], steps)
+}
+
+/// [`folder`] for any experiment text: per run (by index) its img/s and its steps.
+fn folder_of(
+    dir: &Path,
+    text: &str,
+    img_per_s: impl Fn(usize) -> f64,
+    steps: impl Fn(usize) -> [(f64, f64); 4],
+) {
+    let exp = load_str(Path::new("handmade.toml"), text, &Overrides::default()).unwrap();
     let plan = plan::build(&exp);
     std::fs::write(dir.join("plan.json"), serde_json::to_string(&plan).unwrap()).unwrap();
     let meta = RunMeta {
@@ -85,22 +90,22 @@ fn folder(dir: &Path, img_per_s: [f64; 6], steps: impl Fn(usize) -> [(f64, f64);
     let mut runs = format!("{}\n", RUN_COLUMNS.join(","));
     let mut rows = format!("{}\n", STEP_COLUMNS.join(","));
     for r in &plan.runs {
-        let ips = img_per_s[r.index];
+        let ips = img_per_s(r.index);
         let images = 4 * 256;
         runs.push_str(&format!(
             "{},{},{},{},{},1.0,{:.9},{images},{ips:.6},cpu,false\n",
             r.index,
-            r.condition,
+            loaderlab::results::csv_field(&r.condition),
             r.round,
             r.position,
-            if r.condition == "workers=0" { 0 } else { 4 },
+            plan.conditions[r.condition_index].config.loader.workers,
             images as f64 / ips
         ));
         for (s, (wait, compute)) in steps(r.index).iter().enumerate() {
             rows.push_str(&format!(
                 "{},{},{},{},{s},{wait},0.5,{compute},{},2.3,00000000000000{s:02},0,{}\n",
                 r.index,
-                r.condition,
+                loaderlab::results::csv_field(&r.condition),
                 r.round,
                 r.position,
                 wait + 0.5 + compute,
@@ -110,7 +115,7 @@ fn folder(dir: &Path, img_per_s: [f64; 6], steps: impl Fn(usize) -> [(f64, f64);
     }
     std::fs::write(dir.join("runs.csv"), runs).unwrap();
     std::fs::write(dir.join("steps.csv"), rows).unwrap();
-    std::fs::write(dir.join("config.resolved.toml"), EXPERIMENT).unwrap();
+    std::fs::write(dir.join("config.resolved.toml"), text).unwrap();
 }
 
 /// img/s by run index for (A rounds 0,1,2; B rounds 0,1,2) in plan order A,B,B,A,A,B.
@@ -313,4 +318,71 @@ fn a_framework_step_is_set_beside_ours() {
             "{verdict}"
         );
     }
+}
+
+/// A matrix over both engines: the headline says what switching to loaderlab's loader would
+/// buy, with its CI, and the fewest native workers that keep up with the DataLoader's best.
+#[test]
+fn a_two_engine_matrix_says_what_switching_would_buy() {
+    let text = EXPERIMENT
+        .replace(
+            "\"loader.workers\" = [0, 4]",
+            "\"loader.engine\" = [\"pytorch\", \"native\"]\n\"loader.workers\" = [0, 2]",
+        )
+        .replace(
+            "[protocol]",
+            "[model]\nkind = \"stand_in\"\nstep_ms = 10\n[protocol]",
+        );
+    let exp = load_str(Path::new("handmade.toml"), &text, &Overrides::default()).unwrap();
+    let plan = plan::build(&exp);
+    let dir = tempfile::tempdir().unwrap();
+    // The DataLoader: 3,000 img/s at 0 workers, 6,000 at 2; ours 25,000 at either, with a
+    // little spread by round.
+    let ips = |run: usize| {
+        let r = &plan.runs[run];
+        let base = match r.condition.as_str() {
+            "engine=pytorch,workers=0" => 3000.0,
+            "engine=pytorch,workers=2" => 6000.0,
+            _ => 25_000.0,
+        };
+        base * (1.0 + 0.01 * r.round as f64)
+    };
+    folder_of(dir.path(), &text, ips, |_| [(1.0, 5.0); 4]);
+    let a = analyse(&Raw::load(dir.path()).unwrap()).unwrap();
+    let s = a
+        .engine_switch
+        .as_ref()
+        .expect("both engines in the matrix");
+    assert_eq!(s.pytorch_best, "engine=pytorch,workers=2");
+    assert_eq!(
+        s.native_same_workers.as_deref(),
+        Some("engine=native,workers=2")
+    );
+    let r = s.speedup_same_workers.unwrap();
+    assert!((r.point - 25.0 / 6.0).abs() < 1e-9, "{r:?}");
+    assert!(r.low <= r.point && r.point <= r.high);
+    assert_eq!(s.fewest_native_workers, Some(0));
+    let headline = loaderlab::report::headline(&a);
+    assert!(
+        headline.contains(
+            "Switching to loaderlab's loader: at the same 2 workers, engine=native,workers=2 \
+             trains 4.167× as fast as the PyTorch DataLoader's best, engine=pytorch,workers=2 at \
+             6,060 img/s (95 % CI"
+        ),
+        "{headline}"
+    );
+    assert!(
+        headline.contains("0 native workers already keep up with it"),
+        "{headline}"
+    );
+    // One engine: no such line.
+    let one = tempfile::tempdir().unwrap();
+    folder(
+        one.path(),
+        by_plan([1.0, 1.0, 1.0], [2.0, 2.0, 2.0]),
+        |_| [(1.0, 5.0); 4],
+    );
+    let a = analyse(&Raw::load(one.path()).unwrap()).unwrap();
+    assert!(a.engine_switch.is_none());
+    assert!(!loaderlab::report::headline(&a).contains("Switching"));
 }

@@ -7,6 +7,7 @@
 
 mod advice;
 mod checks;
+mod engines;
 mod judge;
 mod profile;
 mod ranks;
@@ -20,6 +21,7 @@ pub use advice::{
     Headroom, PredictionCheck, WorkerPrediction, same_but_workers, wait_bound, worker_cap,
     workers_wanted,
 };
+pub use engines::EngineSwitch;
 pub use judge::{ClassifiedBy, InputBound, Judgement, LoaderVerdict, Thresholds};
 pub use profile::{BuildSplit, ProfileSummary, SpanRow, StageCost};
 pub use ranks::{Node, RankFigures, WAIT_FLOOR_MS};
@@ -197,6 +199,10 @@ pub struct Analysis {
     /// The baseline's step beside the user's framework's (`[report] framework_step_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub framework: Option<FrameworkStep>,
+    /// What switching from the PyTorch DataLoader to loaderlab's loader would buy, where the
+    /// matrix holds both engines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_switch: Option<EngineSwitch>,
     pub warnings: Vec<String>,
 }
 
@@ -331,6 +337,13 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
         conditions.iter().find(|c| c.condition == baseline),
         base_stand_in,
     );
+    let engine_switch = engines::switch(
+        &raw.plan.conditions,
+        &conditions,
+        &complete,
+        &baseline,
+        raw.plan.experiment.seed,
+    );
     Ok(Analysis {
         baseline,
         runs,
@@ -340,6 +353,7 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
         prediction,
         model_scale,
         framework,
+        engine_switch,
         warnings,
     })
 }

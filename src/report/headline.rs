@@ -61,11 +61,42 @@ pub fn headline(a: &Analysis) -> String {
         None => format!("{} has no speed-up measured", best.condition),
     };
     format!(
-        "{} {}; {against}, and {}.",
+        "{} {}; {against}, and {}.{}",
         base.condition,
         class_of(base),
-        class_of(best)
+        class_of(best),
+        switching(a)
     )
+}
+
+/// " Switching to loaderlab's loader: …", where the matrix holds both engines.
+fn switching(a: &Analysis) -> String {
+    let Some(s) = &a.engine_switch else {
+        return String::new();
+    };
+    let same = match (&s.native_same_workers, &s.speedup_same_workers) {
+        (Some(native), Some(r)) => format!(
+            "at the same {} workers, {native} trains {} as fast as the PyTorch DataLoader's \
+             best, {} at {} img/s (95 % CI {}–{})",
+            s.pytorch_best_workers,
+            ratio(r.point),
+            s.pytorch_best,
+            rate(s.pytorch_best_img_per_s),
+            ratio(r.low),
+            ratio(r.high)
+        ),
+        _ => format!(
+            "no native condition runs {} workers to set beside the PyTorch DataLoader's best, {}",
+            s.pytorch_best_workers, s.pytorch_best
+        ),
+    };
+    let fewest = match (&s.fewest_native, s.fewest_native_workers) {
+        (Some(native), Some(w)) => {
+            format!("; {w} native workers already keep up with it ({native})")
+        }
+        _ => "; no native condition measured keeps up with it".into(),
+    };
+    format!(" Switching to loaderlab's loader: {same}{fewest}.")
 }
 
 /// One sentence per finding, each with its figure.
