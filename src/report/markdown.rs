@@ -102,7 +102,7 @@ fn models(raw: &Raw) -> String {
 
 /// Whose loader built each condition's batches: one line when every condition used the same
 /// engine, else one per engine with its conditions. The pytorch engine's conditions have no
-/// profiled or headroom run yet, and say so.
+/// profiled run yet, and say so.
 fn engines(raw: &Raw) -> String {
     const NATIVE: &str = "native: loaderlab's own (worker threads, its decoders and transforms)";
     let mut by: Vec<(String, Vec<&str>)> = Vec::new();
@@ -114,8 +114,9 @@ fn engines(raw: &Raw) -> String {
         }
     }
     let pytorch_note = if raw.meta.conditions.iter().any(|c| c.engine.is_some()) {
-        " — the pytorch engine's conditions have no profiled (torch.profiler) or headroom run \
-         yet: their stage costs, ceiling and worker prediction are not measured"
+        " — the pytorch engine's conditions have no profiled (torch.profiler) run yet: their \
+         stage costs and worker prediction are not measured (their headroom runs are: the same \
+         step in the child on batches built once)"
     } else {
         ""
     };

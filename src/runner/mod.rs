@@ -285,21 +285,49 @@ impl Runs<'_> {
             let round_ends = selected
                 .get(at + 1)
                 .is_none_or(|next| next.round != planned.round);
-            if round_ends
-                && self.exp.protocol.headroom
-                && !round_headroom(
-                    self.exp,
-                    self.opts,
-                    self.prepared,
-                    self.trainers,
-                    self.metas,
-                    planned.round,
-                )?
-            {
+            if round_ends && self.exp.protocol.headroom && !self.round_headroom(planned.round)? {
                 return Ok(true);
             }
         }
         Ok(false)
+    }
+
+    /// Headroom runs (batches already on the device, no loader in the loop; never part of the
+    /// speed figures) at the end of `round`: every profiled condition (all, or a Slurm task's
+    /// share) runs its share of `protocol.headroom_steps`, added to its record, so the ceiling
+    /// meets the machine's drift as the timed runs do (a single headroom run after all rounds once
+    /// came out 8–16 % below the timed runs, which had met a faster machine). False when
+    /// interrupted.
+    fn round_headroom(&mut self, round: usize) -> Result<bool, RunError> {
+        let (exp, opts, prepared) = (self.exp, self.opts, self.prepared);
+        let (rounds, r) = (exp.protocol.rounds.max(1), round as u64);
+        for (i, c) in exp.conditions.iter().enumerate() {
+            let total = exp.protocol.headroom_steps;
+            let steps = total * (r + 1) / rounds - total * r / rounds;
+            if !opts.profiles(i) || steps == 0 {
+                continue;
+            }
+            let record = if engine::pytorch::runs(prepared[i].settings()) {
+                let engine = match self.engines.entry(i) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(engine::pytorch::Engine::start(&prepared[i], &c.name)?)
+                    }
+                };
+                engine.headroom(&c.name, steps)?
+            } else {
+                let trainer = self.trainers.get(i, &prepared[i])?;
+                headroom::run(&c.name, &prepared[i], trainer, steps)?
+            };
+            let Some(record) = record else {
+                return Ok(false);
+            };
+            match &mut self.metas[i].headroom {
+                Some(earlier) => earlier.absorb(record),
+                None => self.metas[i].headroom = Some(record),
+            }
+        }
+        Ok(true)
     }
 
     /// The profiled runs of the conditions this process profiles; true when interrupted.
@@ -327,39 +355,6 @@ impl Runs<'_> {
         }
         Ok(false)
     }
-}
-
-/// Headroom runs (batches already on the device, no loader in the loop; never part of the
-/// speed figures) at the end of `round`: every profiled condition (all, or a Slurm task's
-/// share) runs its share of `protocol.headroom_steps`, added to its record, so the ceiling
-/// meets the machine's drift as the timed runs do (a single headroom run after all rounds once
-/// came out 8–16 % below the timed runs, which had met a faster machine). False when
-/// interrupted.
-fn round_headroom(
-    exp: &Experiment,
-    opts: &RunOptions,
-    prepared: &[Setup],
-    trainers: &mut Trainers,
-    metas: &mut [ConditionMeta],
-    round: usize,
-) -> Result<bool, RunError> {
-    let (rounds, r) = (exp.protocol.rounds.max(1), round as u64);
-    for (i, c) in exp.conditions.iter().enumerate() {
-        let total = exp.protocol.headroom_steps;
-        let steps = total * (r + 1) / rounds - total * r / rounds;
-        if !opts.profiles(i) || steps == 0 || engine::pytorch::runs(prepared[i].settings()) {
-            continue;
-        }
-        let trainer = trainers.get(i, &prepared[i])?;
-        let Some(record) = headroom::run(&c.name, &prepared[i], trainer, steps)? else {
-            return Ok(false);
-        };
-        match &mut metas[i].headroom {
-            Some(earlier) => earlier.absorb(record),
-            None => metas[i].headroom = Some(record),
-        }
-    }
-    Ok(true)
 }
 
 /// Every condition ready to run.

@@ -24,7 +24,7 @@ use super::super::timed::{Timed, Window, finish};
 use super::super::{INTERRUPTED, Outputs, RunError};
 use crate::config::{DatasetKind, ProtocolSection, PytorchSection, Settings};
 use crate::plan::PlannedRun;
-use crate::results::StepRecord;
+use crate::results::{HeadroomRecord, StepRecord};
 use crate::train::QUEUE_DEPTH;
 
 /// The child's script: standard library + torch/torchvision.
@@ -71,6 +71,14 @@ enum Reply {
         training_cpu_s: f64,
         peak_rss_mib: f64,
         interrupted: bool,
+    },
+    Headroom {
+        batches: usize,
+        steps: u64,
+        images: u64,
+        elapsed_s: f64,
+        step_ms: Vec<f64>,
+        segments: Vec<(u64, u64, f64)>,
     },
     Error {
         #[serde(rename = "where")]
@@ -454,6 +462,39 @@ impl Engine {
         }
     }
 
+    /// A headroom run in the child (the native engine's rule: the step on batches built once,
+    /// replayed with no loader running); None when interrupted.
+    pub(in crate::runner) fn headroom(
+        &mut self,
+        condition: &str,
+        steps: u64,
+    ) -> Result<Option<HeadroomRecord>, RunError> {
+        self.send(
+            condition,
+            &serde_json::json!({"cmd": "headroom", "steps": steps}),
+        )?;
+        match self.next(condition)? {
+            Reply::Headroom {
+                batches,
+                steps,
+                images,
+                elapsed_s,
+                step_ms,
+                segments,
+            } => Ok(
+                (!INTERRUPTED.load(Ordering::SeqCst)).then_some(HeadroomRecord {
+                    batches,
+                    steps,
+                    images,
+                    elapsed_s,
+                    step_ms,
+                    segments,
+                }),
+            ),
+            other => Err(self.unexpected(condition, "headroom", other)),
+        }
+    }
+
     /// One timed run in the child: a new DataLoader, its start-up, the warm-up, the timed
     /// steps (written as they arrive) and the window's totals.
     pub(in crate::runner) fn timed(
@@ -569,13 +610,16 @@ mod tests {
             r#"{"kind": "step", "step": 0, "batch_wait_ms": 1.0, "h2d_ms": 0.1, "compute_ms": 0.01, "step_ms": 1.11, "fingerprint": "00ff00ff00ff00ff", "epoch": 0, "device_ms": null}"#,
             r#"{"kind": "done", "elapsed_s": 1.0, "images": 256, "process_cpu_s": 1.0, "workers_cpu_s": 0.5, "training_cpu_s": 0.5, "peak_rss_mib": 300.0, "interrupted": false}"#,
             r#"{"kind": "error", "where": "dataset fashion_mnist", "message": "RuntimeError: x", "traceback": "..."}"#,
+            r#"{"kind": "headroom", "batches": 4, "steps": 10, "images": 640, "elapsed_s": 0.1, "step_ms": [0.01], "segments": [[3, 192, 0.03]]}"#,
         ] {
             serde_json::from_str::<Reply>(line).unwrap_or_else(|e| panic!("{line}: {e}"));
         }
         let extra = r#"{"kind": "started", "startup_ms": 1.0, "workers": 2}"#;
         assert!(serde_json::from_str::<Reply>(extra).is_err());
         // Each kind the driver says is one the enum has.
-        for kind in ["ready", "prepared", "started", "step", "done", "error"] {
+        for kind in [
+            "ready", "prepared", "started", "step", "done", "error", "headroom",
+        ] {
             assert!(
                 DRIVER.contains(&format!("\"kind\": \"{kind}\"")),
                 "the driver never says {kind}"

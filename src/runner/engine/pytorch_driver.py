@@ -450,6 +450,50 @@ class Condition:
         )
 
 
+HEADROOM_BATCHES, HEADROOM_SEGMENTS, HEADROOM_WARMUP = 4, 3, 3
+
+
+def headroom(cond, steps):
+    """The step on batches built once and already in the emulated device's memory, replayed with
+    no loader running (the native engine's headroom run, src/runner/headroom.rs): the ceiling."""
+    device = cond.device
+    loader = cond.loader()
+    it = iter(loader)
+    batches = [next(it) for _ in range(max(1, min(steps, HEADROOM_BATCHES)))]
+    on_device = [(x.clone(), y.clone()) for x, y in batches]
+    # The loader stops: the replay must not share the cores with its workers.
+    del it, loader, batches
+    for k in range(HEADROOM_WARMUP):
+        device.enqueue(*on_device[k % len(on_device)])
+    device.synchronize()
+    step_ms, segments, images, k = [], [], 0, 0
+    window = time.perf_counter()
+    count = min(HEADROOM_SEGMENTS, steps)
+    for segment in range(count):
+        end = steps * (segment + 1) // count
+        start, first_k, first_images = time.perf_counter(), k, images
+        while k < end:
+            x, y = on_device[k % len(on_device)]
+            t0 = time.perf_counter()
+            device.enqueue(x, y)
+            step_ms.append((time.perf_counter() - t0) * 1e3)
+            images += int(y.shape[0])
+            k += 1
+        device.synchronize()
+        segments.append([end - first_k, images - first_images, time.perf_counter() - start])
+    say(
+        {
+            "kind": "headroom",
+            "batches": len(on_device),
+            "steps": steps,
+            "images": images,
+            "elapsed_s": time.perf_counter() - window,
+            "step_ms": step_ms,
+            "segments": segments,
+        }
+    )
+
+
 def check_items(dataset, where):
     """The user's Dataset must give (image tensor, label)."""
     import torch
@@ -482,7 +526,10 @@ def main():
         if cmd["cmd"] == "quit":
             break
         try:
-            cond.run(cmd["warmup"], cmd["timed"])
+            if cmd["cmd"] == "headroom":
+                headroom(cond, cmd["steps"])
+            else:
+                cond.run(cmd["warmup"], cmd["timed"])
         except Exception as exc:  # noqa: BLE001
             fail(where, exc)
             return 1
