@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use polars::prelude::*;
 
 use super::stats::median;
-use super::{AnalysisError, Determinism, ORDER_NOISE_FLOOR, OrderEffect, RunSummary};
+use super::{
+    AnalysisError, ConditionSummary, Determinism, ORDER_NOISE_FLOOR, OrderEffect, RunSummary,
+};
 use crate::plan::Plan;
 use crate::results::column;
 use crate::results::{ComputeDevice, Raw, i64s, strs};
@@ -162,4 +164,43 @@ fn data_key(s: &crate::config::Settings) -> String {
         engine_workers
     ])
     .to_string()
+}
+
+/// What one condition's figures warn of: the step slowed by the loader (compute inflation), a
+/// "cold" page cache that was not, a headroom ceiling below the timed runs.
+pub(super) fn condition_warnings(raw: &Raw, c: &ConditionSummary) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(w) = c
+        .resources
+        .as_ref()
+        .and_then(|r| super::resources::inflation_warning(&c.condition, r))
+    {
+        out.push(w);
+    }
+    let cold = raw.plan.conditions.iter().any(|p| {
+        p.name == c.condition && p.config.dataset.page_cache == crate::config::PageCache::Cold
+    });
+    if let Some(r) = c
+        .resources
+        .as_ref()
+        .filter(|r| cold && r.page_cache_resident > 0.05)
+    {
+        out.push(format!(
+            "{}: dataset.page_cache = \"cold\", but {} of the dataset's pages were still \
+             in the page cache as the timed windows opened (median): this filesystem \
+             ignores POSIX_FADV_DONTNEED (a tmpfs does), so reads were not cold",
+            c.condition,
+            crate::format::pct(r.page_cache_resident)
+        ));
+    }
+    if let Some(h) = c.headroom.as_ref().filter(|h| h.share_of_ceiling > 1.05) {
+        out.push(format!(
+            "{}: its timed runs reached {} of the headroom ceiling: the headroom run (one, \
+             after the timed runs) met a slower machine than they did, so that ceiling is \
+             an underestimate; this machine's speed drifts between runs",
+            c.condition,
+            crate::format::pct(h.share_of_ceiling)
+        ));
+    }
+    out
 }

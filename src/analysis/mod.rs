@@ -282,38 +282,7 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
         ));
     }
     for c in &conditions {
-        if let Some(w) = c
-            .resources
-            .as_ref()
-            .and_then(|r| resources::inflation_warning(&c.condition, r))
-        {
-            warnings.push(w);
-        }
-        let cold = raw.plan.conditions.iter().any(|p| {
-            p.name == c.condition && p.config.dataset.page_cache == crate::config::PageCache::Cold
-        });
-        if let Some(r) = c
-            .resources
-            .as_ref()
-            .filter(|r| cold && r.page_cache_resident > 0.05)
-        {
-            warnings.push(format!(
-                "{}: dataset.page_cache = \"cold\", but {} of the dataset's pages were still \
-                 in the page cache as the timed windows opened (median): this filesystem \
-                 ignores POSIX_FADV_DONTNEED (a tmpfs does), so reads were not cold",
-                c.condition,
-                crate::format::pct(r.page_cache_resident)
-            ));
-        }
-        if let Some(h) = c.headroom.as_ref().filter(|h| h.share_of_ceiling > 1.05) {
-            warnings.push(format!(
-                "{}: its timed runs reached {} of the headroom ceiling: the headroom run (one, \
-                 after the timed runs) met a slower machine than they did, so that ceiling is \
-                 an underestimate; this machine's speed drifts between runs",
-                c.condition,
-                crate::format::pct(h.share_of_ceiling)
-            ));
-        }
+        warnings.extend(checks::condition_warnings(raw, c));
     }
     let profiles = profile::profile_summaries(raw);
     let prediction = advice::predict(
@@ -516,14 +485,7 @@ fn condition_summaries(
             .and_then(|m| m.headroom.as_ref())
             .and_then(|h| node_headroom(h, img_per_s.point, &c.config));
         let device_idle = median(&mine.iter().map(|r| r.device_idle).collect::<Vec<_>>());
-        // On an asynchronous device the host's waiting overlaps device work: judge by the
-        // device's idle share where device times exist.
-        let (share, by) =
-            if meta.is_some_and(|m| m.compute_device.asynchronous()) && device_idle.is_finite() {
-                (device_idle, ClassifiedBy::DeviceIdle)
-            } else {
-                (wait_share, ClassifiedBy::Waiting)
-            };
+        let (share, by) = classifying_share(meta, device_idle, wait_share);
         summaries.push(ConditionSummary {
             condition: c.name.clone(),
             runs: mine.len(),
@@ -565,6 +527,21 @@ fn condition_summaries(
         });
     }
     Ok(summaries)
+}
+
+/// The share a condition is classified by: on an asynchronous device the host's waiting
+/// overlaps device work, so the device's idle share where device times exist; else the
+/// waiting share.
+fn classifying_share(
+    meta: Option<&crate::results::ConditionMeta>,
+    device_idle: f64,
+    wait_share: f64,
+) -> (f64, ClassifiedBy) {
+    if meta.is_some_and(|m| m.compute_device.asynchronous()) && device_idle.is_finite() {
+        (device_idle, ClassifiedBy::DeviceIdle)
+    } else {
+        (wait_share, ClassifiedBy::Waiting)
+    }
 }
 
 /// The values of the steps that `name` took (`conditions` names each step's condition).
