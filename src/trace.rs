@@ -229,12 +229,27 @@ impl Span {
 }
 
 /// Parse a Chrome trace into complete spans and the thread names; an error names what is
-/// wrong (not JSON, unbalanced begin/end).
+/// wrong (not JSON, unbalanced begin/end). Both forms are read: tracing-chrome's array of
+/// begin/end events, and torch.profiler's object whose `traceEvents` hold complete (`X`) events
+/// with their durations (the pytorch engine's profiled runs).
 pub fn read_trace(path: &Path) -> Result<(Vec<Span>, HashMap<u64, String>), ResultsError> {
     let text =
         std::fs::read_to_string(path).map_err(|e| unreadable(path, format!("cannot read: {e}")))?;
-    let events: Vec<serde_json::Value> = serde_json::from_str(&text)
+    let value: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| unreadable(path, format!("not valid trace JSON: {e}")))?;
+    let events = match value {
+        serde_json::Value::Array(events) => events,
+        serde_json::Value::Object(mut o) => match o.remove("traceEvents") {
+            Some(serde_json::Value::Array(events)) => events,
+            _ => {
+                return Err(unreadable(
+                    path,
+                    "a trace object without traceEvents".into(),
+                ));
+            }
+        },
+        _ => return Err(unreadable(path, "not a list of trace events".into())),
+    };
     let mut names = HashMap::new();
     let mut open: HashMap<u64, Vec<(String, f64)>> = HashMap::new();
     let mut spans = Vec::new();
@@ -261,6 +276,15 @@ pub fn read_trace(path: &Path) -> Result<(Vec<Span>, HashMap<u64, String>), Resu
                     name: begin_name,
                     start_us: ts,
                     end_us: e["ts"].as_f64().unwrap_or(ts),
+                });
+            }
+            Some("X") => {
+                let ts = e["ts"].as_f64().unwrap_or(0.0);
+                spans.push(Span {
+                    tid,
+                    name,
+                    start_us: ts,
+                    end_us: ts + e["dur"].as_f64().unwrap_or(0.0),
                 });
             }
             _ => {}

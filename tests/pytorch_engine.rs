@@ -110,7 +110,24 @@ fn the_seed_chain_runs_in_a_torch_dataloader_with_the_same_results_contract() {
         report.contains("| loader | pytorch: torch.utils.data.DataLoader"),
         "{report}"
     );
-    assert!(report.contains("no profiled (torch.profiler) run yet"));
+    assert!(report.contains("the pytorch engine's profiled runs are torch.profiler traces"));
+    // The profiled runs: torch.profiler traces with the step's spans, small (no per-operator
+    // events), and at 0 workers the build per batch for the prediction.
+    for c in r["run"]["conditions"].as_array().unwrap() {
+        let trace = out.join(c["trace"].as_str().unwrap());
+        let t = json(&trace);
+        assert!(
+            t["traceEvents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["name"] == "batch_wait")
+        );
+        assert!(std::fs::metadata(&trace).unwrap().len() < 2_000_000);
+    }
+    let p = &r["analysis"]["prediction"];
+    assert_eq!(p["from"], "workers=0", "{p}");
+    assert!(p["loader_ms_per_batch"].as_f64().unwrap() > 0.0, "{p}");
     // The ceiling: the same step in the child on batches built once, 64 images / 5 ms.
     for c in r["analysis"]["conditions"].as_array().unwrap() {
         let ceiling = c["headroom"]["img_per_s"].as_f64().unwrap();

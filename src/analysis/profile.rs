@@ -190,6 +190,13 @@ pub(super) fn profile_summaries(raw: &Raw) -> Vec<ProfileSummary> {
 fn summarise_trace(path: &Path) -> Result<(f64, Vec<SpanRow>), AnalysisError> {
     let (mut spans, names) = read_trace(path)?;
     spans.retain(|s| s.name != trace::GPU_CLOCK_ANCHOR);
+    // A torch.profiler trace (the pytorch engine's): its own ProfilerStep and operator events
+    // stay in the file for Perfetto; the summary keeps the step's spans and the batch build.
+    if spans.iter().any(|s| s.name.starts_with("ProfilerStep#")) {
+        spans.retain(|s| {
+            trace::STEP_SPANS.contains(&s.name.as_str()) || s.name == trace::BUILD_BATCH
+        });
+    }
     // The training thread is the one with batch_wait spans; the GPU track is named.
     let main = spans
         .iter()

@@ -101,8 +101,8 @@ fn models(raw: &Raw) -> String {
 }
 
 /// Whose loader built each condition's batches: one line when every condition used the same
-/// engine, else one per engine with its conditions. The pytorch engine's conditions have no
-/// profiled run yet, and say so.
+/// engine, else one per engine with its conditions, and what the pytorch engine's profiled runs
+/// hold.
 fn engines(raw: &Raw) -> String {
     const NATIVE: &str = "native: loaderlab's own (worker threads, its decoders and transforms)";
     let mut by: Vec<(String, Vec<&str>)> = Vec::new();
@@ -114,9 +114,10 @@ fn engines(raw: &Raw) -> String {
         }
     }
     let pytorch_note = if raw.meta.conditions.iter().any(|c| c.engine.is_some()) {
-        " — the pytorch engine's conditions have no profiled (torch.profiler) run yet: their \
-         stage costs and worker prediction are not measured (their headroom runs are: the same \
-         step in the child on batches built once)"
+        " — the pytorch engine's profiled runs are torch.profiler traces (the step's spans; \
+         their per-operator events dropped); at 0 workers the build per batch, timed on the \
+         child's main thread outside the profiler, feeds the prediction; the cost of each \
+         transform op inside the workers and the hand-off are not split out yet"
     } else {
         ""
     };

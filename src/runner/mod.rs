@@ -337,17 +337,24 @@ impl Runs<'_> {
             .conditions
             .iter()
             .enumerate()
-            // The pytorch engine's torch.profiler run is not built yet (said in the report).
-            .filter(|(i, _)| {
-                self.opts.profiles(*i) && !engine::pytorch::runs(self.prepared[*i].settings())
-            });
+            .filter(|(i, _)| self.opts.profiles(*i));
         for (i, c) in profiled {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 return Ok(true);
             }
-            let trainer = self.trainers.get(i, &self.prepared[i])?;
             let protocol = &self.exp.protocol;
-            let done = profiled::run(&c.name, protocol, &self.prepared[i], trainer, out)?;
+            let done = if engine::pytorch::runs(self.prepared[i].settings()) {
+                let engine = match self.engines.entry(i) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(engine::pytorch::Engine::start(&self.prepared[i], &c.name)?)
+                    }
+                };
+                profiled::in_pytorch(&c.name, protocol, engine, out)?
+            } else {
+                let trainer = self.trainers.get(i, &self.prepared[i])?;
+                profiled::run(&c.name, protocol, &self.prepared[i], trainer, out)?
+            };
             out.reporter.profiled(&c.name, &done.trace);
             self.metas[i].trace = Some(done.trace);
             self.metas[i].profile_startup_ms = Some(done.startup_ms);

@@ -21,6 +21,30 @@ pub(super) struct Profiled {
 }
 
 /// The profiled run of `condition` under the experiment's `protocol`.
+/// The pytorch engine's profiled run: the same steps in its child under torch.profiler, whose
+/// Chrome trace (with the same step spans) lands where the native engine's would.
+pub(super) fn in_pytorch(
+    condition: &str,
+    p: &ProtocolSection,
+    engine: &mut super::engine::pytorch::Engine,
+    out: &Outputs,
+) -> Result<Profiled, RunError> {
+    let file = format!("{TRACES_DIR}/{}", trace_file_name(condition));
+    let path = out.partial.join(&file);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| RunError::Output {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    let (startup_ms, stages) = engine.profile(condition, p.warmup_steps, p.profile_steps, &path)?;
+    Ok(Profiled {
+        trace: file,
+        startup_ms,
+        stages,
+    })
+}
+
 pub(super) fn run(
     condition: &str,
     p: &ProtocolSection,

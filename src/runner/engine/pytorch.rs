@@ -23,6 +23,7 @@ use super::super::setup::Setup;
 use super::super::timed::{Timed, Window, finish};
 use super::super::{INTERRUPTED, Outputs, RunError};
 use crate::config::{DatasetKind, ProtocolSection, PytorchSection, Settings};
+use crate::loader::StageTotals;
 use crate::plan::PlannedRun;
 use crate::results::{HeadroomRecord, StepRecord};
 use crate::train::QUEUE_DEPTH;
@@ -71,6 +72,13 @@ enum Reply {
         training_cpu_s: f64,
         peak_rss_mib: f64,
         interrupted: bool,
+    },
+    Profiled {
+        startup_ms: f64,
+        /// At 0 workers: the warm-up's batches built on the child's main thread, outside the
+        /// profiler, and their total build time (0 and 0 with workers).
+        build_ns: u64,
+        batches: u64,
     },
     Headroom {
         batches: usize,
@@ -462,6 +470,38 @@ impl Engine {
         }
     }
 
+    /// The profiled run in the child: `steps` steps under torch.profiler after `warmup`, its
+    /// Chrome trace written to `trace`; the time to its first batch, and at 0 workers the
+    /// loader's build time per batch on one thread as stage totals (the whole build, no stage
+    /// split).
+    pub(in crate::runner) fn profile(
+        &mut self,
+        condition: &str,
+        warmup: u64,
+        steps: u64,
+        trace: &Path,
+    ) -> Result<(f64, Option<StageTotals>), RunError> {
+        self.send(
+            condition,
+            &serde_json::json!({"cmd": "profile", "warmup": warmup, "steps": steps, "trace": trace}),
+        )?;
+        match self.next(condition)? {
+            Reply::Profiled {
+                startup_ms,
+                build_ns,
+                batches,
+            } => Ok((
+                startup_ms,
+                (batches > 0).then(|| StageTotals {
+                    batches,
+                    build_ns,
+                    ..StageTotals::default()
+                }),
+            )),
+            other => Err(self.unexpected(condition, "profiled", other)),
+        }
+    }
+
     /// A headroom run in the child (the native engine's rule: the step on batches built once,
     /// replayed with no loader running); None when interrupted.
     pub(in crate::runner) fn headroom(
@@ -610,6 +650,7 @@ mod tests {
             r#"{"kind": "step", "step": 0, "batch_wait_ms": 1.0, "h2d_ms": 0.1, "compute_ms": 0.01, "step_ms": 1.11, "fingerprint": "00ff00ff00ff00ff", "epoch": 0, "device_ms": null}"#,
             r#"{"kind": "done", "elapsed_s": 1.0, "images": 256, "process_cpu_s": 1.0, "workers_cpu_s": 0.5, "training_cpu_s": 0.5, "peak_rss_mib": 300.0, "interrupted": false}"#,
             r#"{"kind": "error", "where": "dataset fashion_mnist", "message": "RuntimeError: x", "traceback": "..."}"#,
+            r#"{"kind": "profiled", "startup_ms": 80.5, "build_ns": 3000000000, "batches": 40}"#,
             r#"{"kind": "headroom", "batches": 4, "steps": 10, "images": 640, "elapsed_s": 0.1, "step_ms": [0.01], "segments": [[3, 192, 0.03]]}"#,
         ] {
             serde_json::from_str::<Reply>(line).unwrap_or_else(|e| panic!("{line}: {e}"));
@@ -618,7 +659,7 @@ mod tests {
         assert!(serde_json::from_str::<Reply>(extra).is_err());
         // Each kind the driver says is one the enum has.
         for kind in [
-            "ready", "prepared", "started", "step", "done", "error", "headroom",
+            "ready", "prepared", "started", "step", "done", "error", "headroom", "profiled",
         ] {
             assert!(
                 DRIVER.contains(&format!("\"kind\": \"{kind}\"")),

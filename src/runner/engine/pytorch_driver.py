@@ -356,50 +356,26 @@ class Condition:
             **extra,
         )
 
+    def start(self):
+        """A new DataLoader (every run draws the same random transform parameters: at 0 workers
+        from this process's generator, with workers from the per-worker seeds the loader's own
+        seeded generator hands out) and its first batch; its workers' start-up is timed to it."""
+        self.torch.manual_seed(self.cfg["seed"])
+        return Feed(self.loader())
+
+    def warm_up(self, feed, steps):
+        for _ in range(steps):
+            self.device.enqueue(*host_copy(*feed.next()))
+        self.device.synchronize()
+
     def run(self, warmup, timed):
-        """One timed run: a new DataLoader (its workers' start-up timed to the first batch),
-        `warmup` untimed steps, then `timed` steps each on the monotonic clock."""
-        torch = self.torch
-        # Every run draws the same random transform parameters: at 0 workers they come from
-        # this process's generator, with workers from per-worker seeds the loader's generator
-        # (seeded in loader()) hands out.
-        torch.manual_seed(self.cfg["seed"])
-        loader = self.loader()
-        started = time.perf_counter()
-        it = iter(loader)
-        first = next(it)
-        startup_ms = (time.perf_counter() - started) * 1e3
-        say({"kind": "started", "startup_ms": startup_ms})
-        pending = [first]
-        epoch = 0
+        """One timed run: a new DataLoader, `warmup` untimed steps, then `timed` steps each on
+        the monotonic clock."""
         device = self.device
-
-        def next_batch():
-            nonlocal it, epoch
-            if pending:
-                return pending.pop()
-            try:
-                return next(it)
-            except StopIteration:
-                epoch += 1
-                it = iter(loader)
-                return next(it)
-
-        def one_step():
-            t0 = time.perf_counter()
-            images, labels = next_batch()
-            t1 = time.perf_counter()
-            # The host's copy into the emulated device's memory.
-            on_device = (images.clone(), labels.clone())
-            t2 = time.perf_counter()
-            device.enqueue(*on_device)
-            t3 = time.perf_counter()
-            return t0, t1, t2, t3, images, labels
-
-        for _ in range(warmup):
-            one_step()
-        device.synchronize()
-        workers = [w.pid for w in getattr(it, "_workers", [])]
+        feed = self.start()
+        say({"kind": "started", "startup_ms": feed.startup_ms})
+        self.warm_up(feed, warmup)
+        workers = feed.worker_pids()
         me = os.getpid()
         cpu0 = {pid: cpu_s(pid) for pid in workers}
         main0 = time.process_time()
@@ -409,7 +385,13 @@ class Condition:
         window = time.perf_counter()
         try:
             for step in range(timed):
-                t0, t1, t2, t3, images, labels = one_step()
+                t0 = time.perf_counter()
+                images, labels = feed.next()
+                t1 = time.perf_counter()
+                on_device = host_copy(images, labels)
+                t2 = time.perf_counter()
+                device.enqueue(*on_device)
+                t3 = time.perf_counter()
                 rows.append(
                     {
                         "step": step,
@@ -418,7 +400,7 @@ class Condition:
                         "compute_ms": (t3 - t2) * 1e3,
                         "step_ms": (t3 - t0) * 1e3,
                         "fingerprint": fingerprint(images, labels),
-                        "epoch": epoch,
+                        "epoch": feed.epoch,
                         "images": int(labels.shape[0]),
                     }
                 )
@@ -448,6 +430,92 @@ class Condition:
                 "interrupted": interrupted,
             }
         )
+
+    def profile(self, warmup, steps, path):
+        """The profiled run: separate from the timed ones, `steps` steps under torch.profiler
+        with the seed's record_function spans (at 0 workers the batch's build inside batch_wait
+        as build_batch: the loader's work on one thread), the Chrome trace written to `path`."""
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        device = self.device
+        feed = self.start()
+        inline = self.cfg["loader"]["workers"] == 0
+        # At 0 workers the warm-up's batches are built on this thread: their build times,
+        # outside the profiler (whose per-operator recording slows a build by tens of percent),
+        # are the loader's work per batch on one thread.
+        builds = []
+        for _ in range(warmup):
+            t0 = time.perf_counter()
+            batch = feed.next()
+            builds.append(time.perf_counter() - t0)
+            device.enqueue(*host_copy(*batch))
+        device.synchronize()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                with record_function("batch_wait"):
+                    if inline:
+                        with record_function("build_batch"):
+                            images, labels = feed.next()
+                    else:
+                        images, labels = feed.next()
+                with record_function("h2d_transfer"):
+                    on_device = host_copy(images, labels)
+                with record_function("forward_backward_adam"):
+                    device.enqueue(*on_device)
+                prof.step()
+            device.synchronize()
+        prof.export_chrome_trace(path)
+        keep_spans(path)
+        say(
+            {
+                "kind": "profiled",
+                "startup_ms": feed.startup_ms,
+                "build_ns": int(sum(builds) * 1e9) if inline else 0,
+                "batches": len(builds) if inline else 0,
+            }
+        )
+
+
+def keep_spans(path):
+    """The trace without its per-operator events (category cpu_op: every aten call of every
+    sample's transforms, tens of MB at batch 256): the steps, the record_function spans and the
+    DataLoader's own spans stay, which is what Perfetto and loaderlab read of it."""
+    with open(path) as f:
+        trace = json.load(f)
+    trace["traceEvents"] = [e for e in trace.get("traceEvents", []) if e.get("cat") != "cpu_op"]
+    with open(path, "w") as f:
+        json.dump(trace, f)
+
+
+def host_copy(images, labels):
+    """The host's copy of a batch into the emulated device's memory."""
+    return images.clone(), labels.clone()
+
+
+class Feed:
+    """One DataLoader's batches across epochs, its first one taken at once (time to the first
+    batch: the workers' start-up)."""
+
+    def __init__(self, loader):
+        self.loader = loader
+        started = time.perf_counter()
+        self.it = iter(loader)
+        self.pending = [next(self.it)]
+        self.startup_ms = (time.perf_counter() - started) * 1e3
+        self.epoch = 0
+
+    def next(self):
+        if self.pending:
+            return self.pending.pop()
+        try:
+            return next(self.it)
+        except StopIteration:
+            self.epoch += 1
+            self.it = iter(self.loader)
+            return next(self.it)
+
+    def worker_pids(self):
+        return [w.pid for w in getattr(self.it, "_workers", [])]
 
 
 HEADROOM_BATCHES, HEADROOM_SEGMENTS, HEADROOM_WARMUP = 4, 3, 3
@@ -528,6 +596,8 @@ def main():
         try:
             if cmd["cmd"] == "headroom":
                 headroom(cond, cmd["steps"])
+            elif cmd["cmd"] == "profile":
+                cond.profile(cmd["warmup"], cmd["steps"], cmd["trace"])
             else:
                 cond.run(cmd["warmup"], cmd["timed"])
         except Exception as exc:  # noqa: BLE001
