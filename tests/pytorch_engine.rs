@@ -142,6 +142,45 @@ fn the_seed_chain_runs_in_a_torch_dataloader_with_the_same_results_contract() {
 }
 
 #[test]
+fn the_seeds_network_trains_in_pytorch_from_the_same_weights_every_run() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let text = experiment(
+        "cnn",
+        &python,
+        "[protocol]\nwarmup_steps = 1\ntimed_steps = 3\nrounds = 2\nprofile_steps = 2\n\
+         headroom_steps = 2\n",
+    )
+    .replace("kind = \"stand_in\"\nstep_ms = 5", "kind = \"small_cnn\"");
+    let out = common::run_experiment(dir.path(), "cnn", &text);
+    let steps = std::fs::read_to_string(out.join("steps.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = steps
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 2 * 3);
+    // Column 9 is the loss: finite, and the first step's the same in both runs (same weights,
+    // same batch).
+    let loss = |r: &Vec<&str>| r[9].parse::<f64>().unwrap();
+    assert!(
+        rows.iter().all(|r| loss(r).is_finite() && loss(r) > 0.0),
+        "{steps}"
+    );
+    let firsts: Vec<f64> = rows.iter().filter(|r| r[4] == "0").map(loss).collect();
+    assert_eq!(firsts.len(), 2);
+    assert_eq!(firsts[0], firsts[1], "{steps}");
+    let r = json(&out.join("result.json"));
+    assert_eq!(r["run"]["conditions"][0]["compute_device"], "cpu");
+    assert!(
+        r["run"]["conditions"][0]["model"]
+            .as_str()
+            .unwrap()
+            .starts_with("SmallCNN")
+    );
+}
+
+#[test]
 fn encoded_synthetic_images_reach_the_child_as_the_same_files() {
     let Some(python) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
@@ -294,8 +333,8 @@ shards = ["a.tar"]
 [loader]
 engine = "pytorch"
 
-[model]
-kind = "small_cnn"
+[device]
+kind = "cuda"
 
 [pytorch]
 collate_fn = "collate"
@@ -309,7 +348,7 @@ collate_fn = "collate"
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(output.status.code(), Some(2), "{text}");
-    for key in ["model.kind", "dataset.kind", "pytorch.collate_fn"] {
+    for key in ["device.kind", "dataset.kind", "pytorch.collate_fn"] {
         assert!(text.contains(key), "{key}: {text}");
     }
     assert!(text.contains("with loader.engine = \"pytorch\""), "{text}");

@@ -222,6 +222,43 @@ pub struct Network {
 }
 
 impl Network {
+    /// The network as the layer list PyTorch's builder (`pytorch_model.py`'s `build`) makes a
+    /// torch module from: `bench step` and the pytorch engine train the same network.
+    pub fn torch_layers(&self) -> serde_json::Value {
+        use serde_json::json;
+        fn walk(layers: &[Layer], net: &Network) -> Vec<serde_json::Value> {
+            layers
+                .iter()
+                .map(|l| match l {
+                    Layer::Conv {
+                        weight,
+                        bias,
+                        kernel,
+                        stride,
+                        padding,
+                    } => {
+                        let s = &net.params[*weight].shape;
+                        json!(["conv", s[1], s[0], kernel, stride, padding, bias.is_some()])
+                    }
+                    Layer::BatchNorm { weight, .. } => json!(["bn", net.params[*weight].shape[0]]),
+                    Layer::Relu => json!(["relu"]),
+                    Layer::MaxPool2 => json!(["pool2"]),
+                    Layer::MaxPool3 => json!(["pool3"]),
+                    Layer::Residual { body, shortcut } => {
+                        json!(["res", walk(body, net), walk(shortcut, net)])
+                    }
+                    Layer::GlobalAvgPool => json!(["gap"]),
+                    Layer::Flatten => json!(["flatten"]),
+                    Layer::Linear { weight, .. } => {
+                        let s = &net.params[*weight].shape;
+                        json!(["linear", s[1], s[0]])
+                    }
+                })
+                .collect()
+        }
+        serde_json::Value::Array(walk(&self.layers, self))
+    }
+
     /// The seed's SmallCNN on 28×28 grey FashionMNIST.
     pub fn seed() -> Network {
         Network::new(&Architecture::SEED, ModelInput::SEED).expect("the seed's model fits")

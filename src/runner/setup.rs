@@ -360,6 +360,13 @@ impl Setups {
             )),
         };
         let engine = if super::engine::pytorch::runs(s) {
+            if !on_cpu && !s.model.is_stand_in() {
+                return Err(SetupError::Engine(
+                    "the pytorch engine trains networks on the CPU in this version, and \
+                     device.kind = \"auto\" chose a GPU: set device.kind = \"cpu\""
+                        .into(),
+                ));
+            }
             let python = super::engine::pytorch::interpreter(&s.pytorch);
             Some(super::engine::pytorch::probe(&python).map_err(SetupError::Engine)?)
         } else {

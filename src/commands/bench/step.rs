@@ -8,7 +8,7 @@ use candle_core::{Device, Tensor};
 
 use crate::analysis::median;
 use crate::config::OptimizerSection;
-use crate::net::{Layer, Network};
+use crate::net::Network;
 use crate::train::{ComputePool, InitialWeights, Layers, Trainer};
 
 use super::Measurement;
@@ -119,42 +119,6 @@ pub fn step(
     Ok(results)
 }
 
-/// The network as the layer list [`PYTORCH_STEP`] builds a torch module from.
-fn layers_json(net: &Network) -> serde_json::Value {
-    use serde_json::json;
-    fn walk(layers: &[Layer], net: &Network) -> Vec<serde_json::Value> {
-        layers
-            .iter()
-            .map(|l| match l {
-                Layer::Conv {
-                    weight,
-                    bias,
-                    kernel,
-                    stride,
-                    padding,
-                } => {
-                    let s = &net.params[*weight].shape;
-                    json!(["conv", s[1], s[0], kernel, stride, padding, bias.is_some()])
-                }
-                Layer::BatchNorm { weight, .. } => json!(["bn", net.params[*weight].shape[0]]),
-                Layer::Relu => json!(["relu"]),
-                Layer::MaxPool2 => json!(["pool2"]),
-                Layer::MaxPool3 => json!(["pool3"]),
-                Layer::Residual { body, shortcut } => {
-                    json!(["res", walk(body, net), walk(shortcut, net)])
-                }
-                Layer::GlobalAvgPool => json!(["gap"]),
-                Layer::Flatten => json!(["flatten"]),
-                Layer::Linear { weight, .. } => {
-                    let s = &net.params[*weight].shape;
-                    json!(["linear", s[1], s[0]])
-                }
-            })
-            .collect()
-    }
-    serde_json::Value::Array(walk(&net.layers, net))
-}
-
 /// One repetition of PyTorch's step for `case` on `threads` threads: (median ms, torch version),
 /// or None when no `python3` with torch runs it.
 fn pytorch_step(case: &StepCase, threads: usize) -> Option<(f64, String)> {
@@ -170,7 +134,7 @@ fn run_python(
 ) -> Option<std::process::Output> {
     let shape = case.net.input.shape;
     let mut spec = serde_json::json!({
-        "layers": layers_json(&case.net),
+        "layers": case.net.torch_layers(),
         "input": [shape.channels, shape.height, shape.width],
         "classes": case.net.input.classes,
         "batch": case.batch,
@@ -208,7 +172,7 @@ pub(super) fn python_result<T: serde::de::DeserializeOwned>(
 /// The same network and optimizer in PyTorch, timed like ours: 3 warm-up steps, then the median
 /// of `steps` steps (loss read each step). Prints [median_ms, torch_version].
 const PYTORCH_STEP: &str = concat!(
-    include_str!("pytorch_model.py"),
+    include_str!("../../net/pytorch_model.py"),
     include_str!("pytorch_step.py")
 );
 
@@ -386,6 +350,6 @@ fn pytorch_gpu_step(case: &StepCase) -> Option<GpuResult> {
 
 /// PyTorch's step on the GPU in its variants (see the script's header).
 const PYTORCH_CUDA_STEP: &str = concat!(
-    include_str!("pytorch_model.py"),
+    include_str!("../../net/pytorch_model.py"),
     include_str!("pytorch_cuda_step.py")
 );

@@ -31,6 +31,9 @@ use crate::train::QUEUE_DEPTH;
 /// The child's script: standard library + torch/torchvision.
 pub const DRIVER: &str = include_str!("pytorch_driver.py");
 
+/// loaderlab's networks in PyTorch (shared with `bench step`), written beside the driver.
+const MODEL: &str = include_str!("../../net/pytorch_model.py");
+
 /// The line protocol's version; the child says its own in [`Reply::Ready`].
 const PROTOCOL: u32 = 1;
 
@@ -61,6 +64,8 @@ enum Reply {
         compute_ms: f64,
         step_ms: f64,
         device_ms: Option<f64>,
+        /// A network's loss (none for the stand-in).
+        loss: Option<f64>,
         fingerprint: String,
         epoch: u64,
     },
@@ -194,6 +199,7 @@ fn driver_file() -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("pytorch_driver.py");
     std::fs::write(&path, DRIVER)?;
+    std::fs::write(dir.join("pytorch_model.py"), MODEL)?;
     *file = Some(path.clone());
     Ok(path)
 }
@@ -214,11 +220,25 @@ fn spec(setup: &Setup, data_dir: &Path) -> Result<serde_json::Value, RunError> {
     let s = setup.settings();
     let d = &s.dataset;
     let train = d.split == crate::config::Split::Train;
+    // torchvision's MNIST classes want all four files uncompressed in <root>/<name>/raw/;
+    // where loaderlab holds only what it read (one split, or gzipped), the child gets the same
+    // pixels as raw bytes instead.
+    let idx_files = |family: crate::data::IdxFamily| {
+        let raw = family.raw_dir(Path::new(&d.root));
+        family
+            .train
+            .iter()
+            .chain(&family.test)
+            .all(|f| raw.join(f.name).is_file())
+    };
     let dataset = match d.kind {
-        DatasetKind::FashionMnist => {
+        DatasetKind::FashionMnist if idx_files(crate::data::FASHION_MNIST) => {
             serde_json::json!({"kind": "fashion_mnist", "root": d.root, "train": train})
         }
-        DatasetKind::Mnist => serde_json::json!({"kind": "mnist", "root": d.root, "train": train}),
+        DatasetKind::Mnist if idx_files(crate::data::MNIST) => {
+            serde_json::json!({"kind": "mnist", "root": d.root, "train": train})
+        }
+        DatasetKind::FashionMnist | DatasetKind::Mnist => raw_images(setup, data_dir)?,
         DatasetKind::Cifar10 => {
             serde_json::json!({"kind": "cifar10", "root": d.root, "train": train})
         }
@@ -243,7 +263,19 @@ fn spec(setup: &Setup, data_dir: &Path) -> Result<serde_json::Value, RunError> {
             "shuffle": l.shuffle,
             "drop_last": l.drop_last,
         },
-        "step": {"kind": "stand_in", "step_ms": s.model.step_ms, "queue_depth": QUEUE_DEPTH},
+        "step": match setup.workload.network() {
+            Some(net) => serde_json::json!({
+                "kind": "network",
+                "layers": net.torch_layers(),
+                "optimizer": s.optimizer,
+                "threads": setup.threads,
+            }),
+            None => serde_json::json!({
+                "kind": "stand_in",
+                "step_ms": s.model.step_ms,
+                "queue_depth": QUEUE_DEPTH,
+            }),
+        },
     }))
 }
 
@@ -383,12 +415,7 @@ impl Engine {
         match engine.next(condition)? {
             // Both engines read the same images: the same count, or the declared dataset is
             // not what the child found.
-            Reply::Prepared { len }
-                if setup.settings().dataset.kind == DatasetKind::Synthetic
-                    || len == setup.data.dataset.len() as u64 =>
-            {
-                Ok(engine)
-            }
+            Reply::Prepared { len } if len == setup.data.dataset.len() as u64 => Ok(engine),
             Reply::Prepared { len } => Err(RunError::Engine {
                 condition: condition.to_string(),
                 message: format!(
@@ -569,6 +596,7 @@ impl Engine {
                     compute_ms,
                     step_ms,
                     device_ms,
+                    loss,
                     fingerprint,
                     epoch,
                 } => {
@@ -582,7 +610,7 @@ impl Engine {
                         h2d_ms,
                         compute_ms,
                         step_ms,
-                        loss: f64::NAN,
+                        loss: loss.unwrap_or(f64::NAN),
                         fingerprint: u64::from_str_radix(&fingerprint, 16).unwrap_or(0),
                         epoch,
                         device_ms: device_ms.unwrap_or(f64::NAN),
@@ -647,7 +675,7 @@ mod tests {
             r#"{"kind": "ready", "protocol": 1, "torch": "2.5", "torchvision": "0.20", "python": "3.11.7"}"#,
             r#"{"kind": "prepared", "len": 60000}"#,
             r#"{"kind": "started", "startup_ms": 12.5}"#,
-            r#"{"kind": "step", "step": 0, "batch_wait_ms": 1.0, "h2d_ms": 0.1, "compute_ms": 0.01, "step_ms": 1.11, "fingerprint": "00ff00ff00ff00ff", "epoch": 0, "device_ms": null}"#,
+            r#"{"kind": "step", "step": 0, "batch_wait_ms": 1.0, "h2d_ms": 0.1, "compute_ms": 0.01, "step_ms": 1.11, "fingerprint": "00ff00ff00ff00ff", "epoch": 0, "device_ms": null, "loss": null}"#,
             r#"{"kind": "done", "elapsed_s": 1.0, "images": 256, "process_cpu_s": 1.0, "workers_cpu_s": 0.5, "training_cpu_s": 0.5, "peak_rss_mib": 300.0, "interrupted": false}"#,
             r#"{"kind": "error", "where": "dataset fashion_mnist", "message": "RuntimeError: x", "traceback": "..."}"#,
             r#"{"kind": "profiled", "startup_ms": 80.5, "build_ns": 3000000000, "batches": 40}"#,

@@ -282,6 +282,53 @@ class EmulatedDevice:
             self.cv.notify_all()
 
 
+class NetworkStep:
+    """A network of loaderlab's (its layer list, built by net/pytorch_model.py as `bench step`
+    builds it) trained with the experiment's optimizer on the CPU. Synchronous, so the host's
+    times are the device's; every run starts from the same initial weights and optimizer state."""
+
+    def __init__(self, step, seed):
+        import copy
+
+        import torch
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import pytorch_model
+
+        torch.set_num_threads(step["threads"])
+        torch.manual_seed(seed)
+        self.build = pytorch_model
+        self.model = pytorch_model.build(step["layers"])
+        self.initial = copy.deepcopy(self.model.state_dict())
+        self.optimizer_settings = step["optimizer"]
+        self.marks = []
+        self.loss = None
+        self.reset()
+
+    def reset(self):
+        self.model.load_state_dict(self.initial)
+        self.optimizer = self.build.make_optimizer(self.model.parameters(), self.optimizer_settings)
+
+    def enqueue(self, images, labels):
+        """One training step on the batch: forward, loss, backward, the optimizer's step."""
+        import torch.nn.functional as F
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(self.model(images), labels)
+        loss.backward()
+        self.optimizer.step()
+        self.loss = float(loss)
+
+    def synchronize(self):
+        pass
+
+    def record(self, on):
+        pass
+
+    def close(self):
+        pass
+
+
 # --- what a run measures ---------------------------------------------------------------------
 
 
@@ -325,7 +372,10 @@ class Condition:
         torch.manual_seed(cfg["seed"])
         self.dataset = dataset_of(cfg)
         step = cfg["step"]
-        self.device = EmulatedDevice(step["step_ms"], step["queue_depth"])
+        if step["kind"] == "network":
+            self.device = NetworkStep(step, cfg["seed"])
+        else:
+            self.device = EmulatedDevice(step["step_ms"], step["queue_depth"])
         self.torch = torch
         self.epoch = 0
 
@@ -361,6 +411,8 @@ class Condition:
         from this process's generator, with workers from the per-worker seeds the loader's own
         seeded generator hands out) and its first batch; its workers' start-up is timed to it."""
         self.torch.manual_seed(self.cfg["seed"])
+        if isinstance(self.device, NetworkStep):
+            self.device.reset()
         return Feed(self.loader())
 
     def warm_up(self, feed, steps):
@@ -392,9 +444,13 @@ class Condition:
                 t2 = time.perf_counter()
                 device.enqueue(*on_device)
                 t3 = time.perf_counter()
+                network = isinstance(device, NetworkStep)
                 rows.append(
                     {
                         "step": step,
+                        # A network's step is synchronous: the device's time is the host's.
+                        "device_ms": (t3 - t1) * 1e3 if network else None,
+                        "loss": device.loss if network else None,
                         "batch_wait_ms": (t1 - t0) * 1e3,
                         "h2d_ms": (t2 - t1) * 1e3,
                         "compute_ms": (t3 - t2) * 1e3,
@@ -416,7 +472,6 @@ class Condition:
             row["device_ms"] = (end - start) * 1e3
         images = sum(row.pop("images") for row in rows)
         for row in rows:
-            row.setdefault("device_ms", None)
             say({"kind": "step", **row})
         say(
             {

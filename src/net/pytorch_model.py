@@ -1,4 +1,6 @@
-# The network and optimizer of a `bench step` spec in PyTorch (prepended to the timing scripts).
+# The network and optimizer of a `bench step` spec in PyTorch (prepended to the timing scripts,
+# whose spec is their first argument; the pytorch engine's driver imports it as a module and
+# passes its own optimizer settings).
 import json
 import sys
 import math
@@ -6,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-spec = json.loads(sys.argv[1])
+spec = json.loads(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].startswith("{") else None
 
 
 class Res(nn.Module):
@@ -46,8 +48,8 @@ def build(layers):
     return nn.Sequential(*mods)
 
 
-def make_optimizer(params, **extra):
-    o = spec["optimizer"]
+def make_optimizer(params, o=None, **extra):
+    o = o or spec["optimizer"]
     if o["kind"] == "adam":
         return torch.optim.Adam(
             params, lr=o["lr"], betas=o["betas"], eps=o["eps"], weight_decay=o["weight_decay"], **extra
