@@ -23,6 +23,15 @@ pub(super) fn describe(value: &Value) -> String {
 
 /// Check `value` against the schema node for `setting`. `shown` maps a setting path to the
 /// path as the user wrote it (for the message and the location).
+/// A setting that is a count or a list of counts of one of `lengths`: every count ≥ 0.
+fn counts_fit(value: &Value, lengths: &[usize]) -> bool {
+    let fits = |v: &Value| matches!(v, Value::Integer(i) if *i >= 0);
+    match value {
+        Value::Array(items) => lengths.contains(&items.len()) && items.iter().all(fits),
+        v => fits(v),
+    }
+}
+
 pub(super) fn check_value(
     cx: &mut Context,
     schema: &Value,
@@ -45,12 +54,7 @@ pub(super) fn check_value(
         return;
     }
     if let Some((lengths, expected)) = number_or_list(setting) {
-        let fits = |v: &Value| matches!(v, Value::Integer(i) if *i >= 0);
-        let ok = match value {
-            Value::Array(items) => lengths.contains(&items.len()) && items.iter().all(fits),
-            v => fits(v),
-        };
-        if !ok {
+        if !counts_fit(value, lengths) {
             fail(cx, setting, expected, value);
         }
         return;

@@ -341,6 +341,32 @@ fn threshold(share: f64) -> String {
     format!("{} %", (share * 1e8).round() / 1e6)
 }
 
+/// Each condition's share of the timed window with the device idle.
+fn idle_shares(out: &mut String, a: &Analysis, meta: &RunMeta) {
+    let idle: Vec<String> = a
+        .conditions
+        .iter()
+        .filter(|c| c.device_idle_median.is_finite())
+        .map(|c| format!("{} at {}", pct(c.device_idle_median), c.condition))
+        .collect();
+    if idle.is_empty() {
+        return;
+    }
+    let device = if meta.all_on_cpu() {
+        "training step"
+    } else if meta.any_stand_in() {
+        "device"
+    } else {
+        "GPU"
+    };
+    let clock = a.conditions.first().map_or("", |c| c.device_clock.as_str());
+    let _ = write!(
+        out,
+        " Share of the timed window in which the {device} sat idle: {} (median over runs; busy time from {clock}).",
+        idle.join(", ")
+    );
+}
+
 pub fn verdict(a: &Analysis, meta: &RunMeta) -> String {
     let on_cpu = meta.all_on_cpu();
     let mut out = String::new();
@@ -410,27 +436,7 @@ pub fn verdict(a: &Analysis, meta: &RunMeta) -> String {
     framework(&mut out, a);
     prediction(&mut out, a);
     model_scale(&mut out, a);
-    let idle: Vec<String> = a
-        .conditions
-        .iter()
-        .filter(|c| c.device_idle_median.is_finite())
-        .map(|c| format!("{} at {}", pct(c.device_idle_median), c.condition))
-        .collect();
-    if !idle.is_empty() {
-        let device = if on_cpu {
-            "training step"
-        } else if meta.any_stand_in() {
-            "device"
-        } else {
-            "GPU"
-        };
-        let clock = a.conditions.first().map_or("", |c| c.device_clock.as_str());
-        let _ = write!(
-            out,
-            " Share of the timed window in which the {device} sat idle: {} (median over runs; busy time from {clock}).",
-            idle.join(", ")
-        );
-    }
+    idle_shares(&mut out, a, meta);
     if meta.any_stand_in() {
         out.push_str(STAND_IN_ASSUMES);
     }

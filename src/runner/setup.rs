@@ -359,19 +359,7 @@ impl Setups {
                 ComputePool::new(threads).map_err(|source| SetupError::Pool { threads, source })?,
             )),
         };
-        let engine = if super::engine::pytorch::runs(s) {
-            if !on_cpu && !s.model.is_stand_in() {
-                return Err(SetupError::Engine(
-                    "the pytorch engine trains networks on the CPU in this version, and \
-                     device.kind = \"auto\" chose a GPU: set device.kind = \"cpu\""
-                        .into(),
-                ));
-            }
-            let python = super::engine::pytorch::interpreter(&s.pytorch);
-            Some(super::engine::pytorch::probe(&python).map_err(SetupError::Engine)?)
-        } else {
-            None
-        };
+        let engine = engine_of(s, on_cpu)?;
         let data = DataSetup::with_dataset(s, dataset);
         let step = match data.network()? {
             Some(net) => Step::Network(net),
@@ -463,6 +451,28 @@ impl Setups {
     pub fn device_names(&self) -> Vec<String> {
         self.devices.values().map(|c| c.name.clone()).collect()
     }
+}
+
+/// The pytorch engine's interpreter and versions for a condition that runs it (None: the
+/// native engine); its networks train on the CPU in this version.
+fn engine_of(
+    s: &Settings,
+    on_cpu: bool,
+) -> Result<Option<super::engine::pytorch::Versions>, SetupError> {
+    if !super::engine::pytorch::runs(s) {
+        return Ok(None);
+    }
+    if !on_cpu && !s.model.is_stand_in() {
+        return Err(SetupError::Engine(
+            "the pytorch engine trains networks on the CPU in this version, and device.kind = \
+             \"auto\" chose a GPU: set device.kind = \"cpu\""
+                .into(),
+        ));
+    }
+    let python = super::engine::pytorch::interpreter(&s.pytorch);
+    super::engine::pytorch::probe(&python)
+        .map(Some)
+        .map_err(SetupError::Engine)
 }
 
 /// The error for a rank without a GPU: which rank, which device, why, and how many GPUs there

@@ -84,6 +84,11 @@ pub(super) fn timed_rate(
 }
 
 /// Transform chain on one thread, and the loader without training at 0, 1 and 2 workers.
+/// Each repetition's `a / b`.
+fn ratio(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(a, b)| a / b).collect()
+}
+
 pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<Vec<Measurement>> {
     let DataSetup {
         dataset, pipeline, ..
@@ -100,8 +105,6 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
         chain,
     )];
     if !decode.is_empty() {
-        let ratio =
-            |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(a, b)| a / b).collect() };
         let against = theirs.map(|(d, w, which)| {
             [
                 Measurement::new(
@@ -126,16 +129,10 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
                 ),
             ]
         });
-        results.push(Measurement::new(
-            "decoding alone, 1 thread",
-            "img/s",
-            decode,
-        ));
-        results.push(Measurement::new(
-            "read + decode + transform chain, 1 thread",
-            "img/s",
-            whole,
-        ));
+        results.extend([
+            Measurement::new("decoding alone, 1 thread", "img/s", decode),
+            Measurement::new("read + decode + transform chain, 1 thread", "img/s", whole),
+        ]);
         results.extend(against.into_iter().flatten());
     }
     let LoaderRates {
@@ -144,8 +141,6 @@ pub fn data(settings: &Settings, repeats: usize, quiet: bool) -> anyhow::Result<
         woken,
         arithmetic,
     } = loader_rates(&dataset, &pipeline, settings, repeats)?;
-    let ratio =
-        |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(a, b)| a / b).collect() };
     let speedup = ratio(&rates[2], &rates[0]);
     let ceiling = ratio(&alone[1], &alone[0]);
     let share = ratio(&speedup, &ceiling);

@@ -4,4 +4,5 @@
 //! contract: its rows go through the same writers, so analysis, report, verify, compare and
 //! tune stay engine-blind but for a label.
 
+mod handover;
 pub mod pytorch;

@@ -22,11 +22,10 @@ use super::super::resources::Used;
 use super::super::setup::Setup;
 use super::super::timed::{Timed, Window, finish};
 use super::super::{INTERRUPTED, Outputs, RunError};
-use crate::config::{DatasetKind, ProtocolSection, PytorchSection, Settings};
+use crate::config::{ProtocolSection, PytorchSection, Settings};
 use crate::loader::StageTotals;
 use crate::plan::PlannedRun;
 use crate::results::{HeadroomRecord, StepRecord};
-use crate::train::QUEUE_DEPTH;
 
 /// The child's script: standard library + torch/torchvision.
 pub const DRIVER: &str = include_str!("pytorch_driver.py");
@@ -213,116 +212,6 @@ fn tail(text: &str, n: usize) -> &str {
     text[start..].trim()
 }
 
-/// The condition as the child builds it: the dataset over the same bytes as the native engine
-/// reads, the transforms as loaderlab's specs (the child maps each to its torchvision twin),
-/// the loader settings one to one, the stand-in step.
-fn spec(setup: &Setup, data_dir: &Path) -> Result<serde_json::Value, RunError> {
-    let s = setup.settings();
-    let d = &s.dataset;
-    let train = d.split == crate::config::Split::Train;
-    // torchvision's MNIST classes want all four files uncompressed in <root>/<name>/raw/;
-    // where loaderlab holds only what it read (one split, or gzipped), the child gets the same
-    // pixels as raw bytes instead.
-    let idx_files = |family: crate::data::IdxFamily| {
-        let raw = family.raw_dir(Path::new(&d.root));
-        family
-            .train
-            .iter()
-            .chain(&family.test)
-            .all(|f| raw.join(f.name).is_file())
-    };
-    let dataset = match d.kind {
-        DatasetKind::FashionMnist if idx_files(crate::data::FASHION_MNIST) => {
-            serde_json::json!({"kind": "fashion_mnist", "root": d.root, "train": train})
-        }
-        DatasetKind::Mnist if idx_files(crate::data::MNIST) => {
-            serde_json::json!({"kind": "mnist", "root": d.root, "train": train})
-        }
-        DatasetKind::FashionMnist | DatasetKind::Mnist => raw_images(setup, data_dir)?,
-        DatasetKind::Cifar10 => {
-            serde_json::json!({"kind": "cifar10", "root": d.root, "train": train})
-        }
-        DatasetKind::ImageFolder => serde_json::json!({
-            "kind": "image_folder",
-            "root": d.root,
-            "mode": match d.mode { crate::config::ColorMode::L => "L", crate::config::ColorMode::Rgb => "RGB" },
-        }),
-        DatasetKind::Synthetic | DatasetKind::Webdataset => raw_images(setup, data_dir)?,
-    };
-    let l = &s.loader;
-    Ok(serde_json::json!({
-        "seed": s.experiment.seed,
-        "dataset": dataset,
-        "transforms": s.transforms,
-        "loader": {
-            "batch_size": l.batch_size,
-            "workers": l.workers,
-            "prefetch_factor": l.prefetch_factor,
-            "persistent_workers": l.persistent_workers,
-            "pin_memory": l.pin_memory,
-            "shuffle": l.shuffle,
-            "drop_last": l.drop_last,
-        },
-        "step": match setup.workload.network() {
-            Some(net) => serde_json::json!({
-                "kind": "network",
-                "layers": net.torch_layers(),
-                "optimizer": s.optimizer,
-                "threads": setup.threads,
-            }),
-            None => serde_json::json!({
-                "kind": "stand_in",
-                "step_ms": s.model.step_ms,
-                "queue_depth": QUEUE_DEPTH,
-            }),
-        },
-    }))
-}
-
-/// The native dataset's images and labels written for the child (synthetic images exist only in
-/// memory): encoded ones as their very files (JPEG, PNG) one after another with their offsets,
-/// raw ones as planar bytes — the same bytes both engines read.
-fn raw_images(setup: &Setup, dir: &Path) -> Result<serde_json::Value, RunError> {
-    let d = &setup.data.dataset;
-    let shape = d.shape();
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| RunError::Output { path, source }
-    };
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let labels = dir.join("labels.u8");
-    let l: Vec<u8> = (0..d.len()).map(|i| d.label(i)).collect();
-    std::fs::write(&labels, &l).map_err(io(&labels))?;
-    if d.storage().decodes() {
-        let files = dir.join("encoded.bin");
-        let (mut bytes, mut offsets) = (Vec::new(), vec![0u64]);
-        for i in 0..d.len() {
-            bytes.extend(d.storage().encoded(i).unwrap_or_default());
-            offsets.push(bytes.len() as u64);
-        }
-        std::fs::write(&files, &bytes).map_err(io(&files))?;
-        return Ok(serde_json::json!({
-            "kind": "encoded",
-            "files": files,
-            "offsets": offsets,
-            "labels": labels,
-            "mode": if shape.channels == 1 { "L" } else { "RGB" },
-        }));
-    }
-    let images = dir.join("images.u8");
-    let mut pixels = vec![0u8; shape.len() * d.len()];
-    for (i, buf) in pixels.chunks_exact_mut(shape.len()).enumerate() {
-        d.image_into(i, buf);
-    }
-    std::fs::write(&images, &pixels).map_err(io(&images))?;
-    Ok(serde_json::json!({
-        "kind": "raw",
-        "images": images,
-        "labels": labels,
-        "shape": [shape.channels, shape.height, shape.width],
-    }))
-}
-
 /// A condition's child and what it has said.
 pub struct Engine {
     child: Child,
@@ -410,7 +299,7 @@ impl Engine {
             Reply::Ready { protocol, .. } if protocol == PROTOCOL => {}
             other => return Err(engine.unexpected(condition, "ready", other)),
         }
-        let spec = spec(setup, &engine.data_dir)?;
+        let spec = super::handover::spec(setup, &engine.data_dir)?;
         engine.send(condition, &spec)?;
         match engine.next(condition)? {
             // Both engines read the same images: the same count, or the declared dataset is
