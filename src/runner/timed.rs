@@ -184,22 +184,36 @@ pub(super) fn one_step(
     clock.mark()?;
     let t3 = Instant::now();
     let row = StepRecord {
+        batch_wait_ms: ms(t0, t1),
+        h2d_ms: ms(t1, t2),
+        compute_ms: ms(t2, t3),
+        step_ms: ms(t0, t3),
+        fingerprint,
+        epoch,
+        // Replaced by the device's own figure after the window where it has a clock.
+        device_ms: ms(t1, t3),
+        ..row_of(planned, step)
+    };
+    Ok((row, loss, n))
+}
+
+/// Step `step` of `planned`'s row before anything is measured: no times, no loss, rank 0.
+pub(super) fn row_of(planned: &PlannedRun, step: usize) -> StepRecord {
+    StepRecord {
         run: planned.index,
         condition: planned.condition.clone(),
         round: planned.round,
         position: planned.position,
         step,
-        batch_wait_ms: ms(t0, t1),
-        h2d_ms: ms(t1, t2),
-        compute_ms: ms(t2, t3),
-        step_ms: ms(t0, t3),
+        batch_wait_ms: f64::NAN,
+        h2d_ms: f64::NAN,
+        compute_ms: f64::NAN,
+        step_ms: f64::NAN,
         loss: f64::NAN,
-        fingerprint,
-        epoch,
-        // Replaced by the device's own figure after the window where it has a clock.
-        device_ms: ms(t1, t3),
+        fingerprint: 0,
+        epoch: 0,
+        device_ms: f64::NAN,
         rank: 0,
         sync_ms: 0.0,
-    };
-    Ok((row, loss, n))
+    }
 }

@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 use super::super::resources::Used;
 use super::super::setup::Setup;
-use super::super::timed::{Timed, Window, finish};
+use super::super::timed::{Timed, Window, finish, row_of};
 use super::super::{INTERRUPTED, Outputs, RunError};
 use crate::config::{ProtocolSection, PytorchSection, Settings};
 use crate::loader::StageTotals;
@@ -84,14 +84,8 @@ enum Reply {
         build_ns: u64,
         batches: u64,
     },
-    Headroom {
-        batches: usize,
-        steps: u64,
-        images: u64,
-        elapsed_s: f64,
-        step_ms: Vec<f64>,
-        segments: Vec<(u64, u64, f64)>,
-    },
+    /// The child's headroom run, in the results' own record.
+    Headroom(HeadroomRecord),
     Error {
         #[serde(rename = "where")]
         at: String,
@@ -430,23 +424,7 @@ impl Engine {
             &serde_json::json!({"cmd": "headroom", "steps": steps}),
         )?;
         match self.next(condition)? {
-            Reply::Headroom {
-                batches,
-                steps,
-                images,
-                elapsed_s,
-                step_ms,
-                segments,
-            } => Ok(
-                (!INTERRUPTED.load(Ordering::SeqCst)).then_some(HeadroomRecord {
-                    batches,
-                    steps,
-                    images,
-                    elapsed_s,
-                    step_ms,
-                    segments,
-                }),
-            ),
+            Reply::Headroom(record) => Ok((!INTERRUPTED.load(Ordering::SeqCst)).then_some(record)),
             other => Err(self.unexpected(condition, "headroom", other)),
         }
     }
@@ -490,11 +468,6 @@ impl Engine {
                     epoch,
                 } => {
                     let row = StepRecord {
-                        run: planned.index,
-                        condition: planned.condition.clone(),
-                        round: planned.round,
-                        position: planned.position,
-                        step,
                         batch_wait_ms,
                         h2d_ms,
                         compute_ms,
@@ -503,8 +476,7 @@ impl Engine {
                         fingerprint: u64::from_str_radix(&fingerprint, 16).unwrap_or(0),
                         epoch,
                         device_ms: device_ms.unwrap_or(f64::NAN),
-                        rank: 0,
-                        sync_ms: 0.0,
+                        ..row_of(planned, step)
                     };
                     out.step(&row)?;
                     bar.inc(1);

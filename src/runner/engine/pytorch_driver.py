@@ -110,13 +110,13 @@ class CpuWork:
         return f"CpuWork(us={self.s * 1e6:g})"
 
 
-class RawImages:
-    """Images loaderlab wrote as raw planar bytes (synthetic data): the same pixels both engines read."""
+class StoredImages:
+    """Images loaderlab wrote into one file with a label file beside it (synthetic data exists
+    only in its memory): the same bytes both engines read. The file is read in each worker,
+    after the fork or spawn; `image(i, data)` makes sample i's PIL image of its bytes."""
 
-    def __init__(self, path, labels, shape, transform):
-        self.path, self.labels, self.shape, self.transform = path, labels, tuple(shape), transform
-        c, h, w = self.shape
-        self.size = c * h * w
+    def __init__(self, path, labels, transform):
+        self.path, self.transform = path, transform
         with open(labels, "rb") as f:
             self.targets = list(f.read())
         self.data = None
@@ -125,44 +125,45 @@ class RawImages:
         return len(self.targets)
 
     def __getitem__(self, i):
-        from PIL import Image
-
-        if self.data is None:  # opened in each worker, after the fork or spawn
+        if self.data is None:
             with open(self.path, "rb") as f:
                 self.data = f.read()
+        return self.transform(self.image(i, self.data)), self.targets[i]
+
+
+class RawImages(StoredImages):
+    """Raw planar pixels of one shape."""
+
+    def __init__(self, path, labels, shape, transform):
+        super().__init__(path, labels, transform)
+        self.shape = tuple(shape)
+
+    def image(self, i, data):
+        from PIL import Image
+
         c, h, w = self.shape
-        raw = self.data[i * self.size : (i + 1) * self.size]
+        raw = data[i * c * h * w : (i + 1) * c * h * w]
         if c == 1:
-            img = Image.frombytes("L", (w, h), raw)
-        else:
-            planes = [Image.frombytes("L", (w, h), raw[k * h * w : (k + 1) * h * w]) for k in range(c)]
-            img = Image.merge("RGB", planes)
-        return self.transform(img), self.targets[i]
+            return Image.frombytes("L", (w, h), raw)
+        planes = [Image.frombytes("L", (w, h), raw[k * h * w : (k + 1) * h * w]) for k in range(c)]
+        return Image.merge("RGB", planes)
 
 
-class EncodedImages:
-    """Encoded images (JPEG, PNG) loaderlab wrote one after another with their offsets
-    (synthetic data): the same files both engines decode, here with Pillow, as torchvision does."""
+class EncodedImages(StoredImages):
+    """Encoded files (JPEG, PNG) one after another with their offsets, decoded with Pillow as
+    torchvision does."""
 
     def __init__(self, path, offsets, labels, mode, transform):
-        self.path, self.offsets, self.mode, self.transform = path, offsets, mode, transform
-        with open(labels, "rb") as f:
-            self.targets = list(f.read())
-        self.data = None
+        super().__init__(path, labels, transform)
+        self.offsets, self.mode = offsets, mode
 
-    def __len__(self):
-        return len(self.targets)
-
-    def __getitem__(self, i):
+    def image(self, i, data):
         import io
 
         from PIL import Image
 
-        if self.data is None:  # opened in each worker, after the fork or spawn
-            with open(self.path, "rb") as f:
-                self.data = f.read()
-        raw = self.data[self.offsets[i] : self.offsets[i + 1]]
-        return self.transform(Image.open(io.BytesIO(raw)).convert(self.mode)), self.targets[i]
+        raw = data[self.offsets[i] : self.offsets[i + 1]]
+        return Image.open(io.BytesIO(raw)).convert(self.mode)
 
 
 def load_user(ref, base):
