@@ -486,3 +486,44 @@ headroom = false
         );
     }
 }
+
+#[test]
+fn ctrl_c_stops_the_child_and_keeps_the_rows() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let text = experiment(
+        "stop",
+        &python,
+        "[protocol]\nwarmup_steps = 1\ntimed_steps = 150\nrounds = 2\nprofile = false\n\
+         headroom = false\n",
+    );
+    let file = dir.path().join("stop.toml");
+    std::fs::write(&file, text).unwrap();
+    let out = dir.path().join("out");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_loaderlab"))
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .env_remove("LOADERLAB_PYTHON")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The child's rows reach steps.csv at the end of each run: stop during the second.
+    let partial = dir.path().join("out.partial");
+    common::interrupt_after_rows(
+        &child,
+        &partial.join("steps.csv"),
+        150,
+        std::time::Duration::from_secs(180),
+    );
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    let steps = std::fs::read_to_string(partial.join("steps.csv")).unwrap();
+    assert!(steps.lines().count() > 150, "the first run's rows are kept");
+    let runs = std::fs::read_to_string(partial.join("runs.csv")).unwrap();
+    assert!(runs.lines().count() >= 2, "{runs}");
+    assert!(!out.exists(), "no finished folder");
+}

@@ -266,7 +266,12 @@ impl Runs<'_> {
                 let engine = match self.engines.entry(planned.condition_index) {
                     std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                     std::collections::hash_map::Entry::Vacant(e) => {
-                        e.insert(engine::pytorch::Engine::start(setup, &planned.condition)?)
+                        match engine::pytorch::Engine::start(setup, &planned.condition) {
+                            Ok(started) => e.insert(started),
+                            // Ctrl-C reached the child while it started.
+                            Err(_) if INTERRUPTED.load(Ordering::SeqCst) => return Ok(true),
+                            Err(err) => return Err(err),
+                        }
                     }
                 };
                 engine.timed(planned, total, protocol, setup, out)?

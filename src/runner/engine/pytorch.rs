@@ -219,8 +219,12 @@ pub struct Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "{{\"cmd\": \"quit\"}}");
-        let _ = self.stdin.flush();
+        // A child that has already ended (Ctrl-C reached it between commands) is not written to:
+        // a write to its closed pipe would end this process with SIGPIPE.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = writeln!(self.stdin, "{{\"cmd\": \"quit\"}}");
+            let _ = self.stdin.flush();
+        }
         // A child that does not leave within a moment is stopped.
         for _ in 0..50 {
             if matches!(self.child.try_wait(), Ok(Some(_))) {
@@ -313,6 +317,12 @@ impl Engine {
     }
 
     fn send(&mut self, condition: &str, value: &serde_json::Value) -> Result<(), RunError> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Err(RunError::Engine {
+                condition: condition.to_string(),
+                message: format!("the Python child ended ({status}){}", self.stderr_tail()),
+            });
+        }
         writeln!(self.stdin, "{value}")
             .and_then(|_| self.stdin.flush())
             .map_err(|e| RunError::Engine {
@@ -450,12 +460,31 @@ impl Engine {
             condition,
             &serde_json::json!({"cmd": "run", "warmup": p.warmup_steps, "timed": p.timed_steps}),
         )?;
-        let startup_ms = match self.next(condition)? {
-            Reply::Started { startup_ms } => startup_ms,
-            other => return Err(self.unexpected(condition, "started", other)),
+        // Ctrl-C may end the child before it answers (it was importing torch, say): the run
+        // then ends interrupted, with the rows it sent.
+        let stopped = |out: &mut Outputs| {
+            let window = Window {
+                startup_ms: f64::NAN,
+                elapsed_s: 0.0,
+                images: 0,
+                interrupted: true,
+                used: Used::NONE,
+                resident: f64::NAN,
+            };
+            finish(planned, setup, window, out)
+        };
+        let startup_ms = match self.next(condition) {
+            Ok(Reply::Started { startup_ms }) => startup_ms,
+            Err(_) if INTERRUPTED.load(Ordering::SeqCst) => return stopped(out),
+            Ok(other) => return Err(self.unexpected(condition, "started", other)),
+            Err(e) => return Err(e),
         };
         loop {
-            match self.next(condition)? {
+            let reply = match self.next(condition) {
+                Err(_) if INTERRUPTED.load(Ordering::SeqCst) => return stopped(out),
+                reply => reply?,
+            };
+            match reply {
                 Reply::Step {
                     step,
                     batch_wait_ms,

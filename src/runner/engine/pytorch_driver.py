@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -425,9 +426,16 @@ class Condition:
         """One timed run: a new DataLoader, `warmup` untimed steps, then `timed` steps each on
         the monotonic clock."""
         device = self.device
-        feed = self.start()
-        say({"kind": "started", "startup_ms": feed.startup_ms})
-        self.warm_up(feed, warmup)
+        try:
+            feed = self.start()
+            say({"kind": "started", "startup_ms": feed.startup_ms})
+        except KeyboardInterrupt:
+            say({"kind": "started", "startup_ms": 0.0})
+            return interrupted_early()
+        try:
+            self.warm_up(feed, warmup)
+        except KeyboardInterrupt:
+            return interrupted_early()
         workers = feed.worker_pids()
         me = os.getpid()
         cpu0 = {pid: cpu_s(pid) for pid in workers}
@@ -543,6 +551,22 @@ def keep_spans(path):
         json.dump(trace, f)
 
 
+def interrupted_early():
+    """Ctrl-C before the timed window: a run with no steps, marked interrupted."""
+    say(
+        {
+            "kind": "done",
+            "elapsed_s": 0.0,
+            "images": 0,
+            "process_cpu_s": 0.0,
+            "workers_cpu_s": 0.0,
+            "training_cpu_s": 0.0,
+            "peak_rss_mib": 0.0,
+            "interrupted": True,
+        }
+    )
+
+
 def host_copy(images, labels):
     """The host's copy of a batch into the emulated device's memory."""
     return images.clone(), labels.clone()
@@ -645,7 +669,11 @@ def main():
         fail(where, exc)
         return 1
     say({"kind": "prepared", "len": len(cond.dataset)})
+    # Ctrl-C reaches this process too (loaderlab passes it on): between commands it only
+    # means that loaderlab is stopping, which it says with its next command or by closing stdin.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     for line in sys.stdin:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         cmd = json.loads(line)
         if cmd["cmd"] == "quit":
             break
@@ -659,6 +687,7 @@ def main():
         except Exception as exc:  # noqa: BLE001
             fail(where, exc)
             return 1
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     cond.device.close()
     return 0
 
