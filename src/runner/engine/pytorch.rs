@@ -535,6 +535,8 @@ impl Engine {
                     };
                     return finish(planned, setup, window, out);
                 }
+                // Ctrl-C can cut the child's answer short: what follows then ends the run.
+                _ if INTERRUPTED.load(Ordering::SeqCst) => return stopped(out),
                 other => return Err(self.unexpected(condition, "a step or done", other)),
             }
         }

@@ -426,11 +426,14 @@ class Condition:
         """One timed run: a new DataLoader, `warmup` untimed steps, then `timed` steps each on
         the monotonic clock."""
         device = self.device
+        # Exactly one "started": Ctrl-C lands between any two bytecodes, so it is said outside
+        # the guarded start.
         try:
             feed = self.start()
-            say({"kind": "started", "startup_ms": feed.startup_ms})
         except KeyboardInterrupt:
-            say({"kind": "started", "startup_ms": 0.0})
+            feed = None
+        say({"kind": "started", "startup_ms": feed.startup_ms if feed else 0.0})
+        if feed is None:
             return interrupted_early()
         try:
             self.warm_up(feed, warmup)
