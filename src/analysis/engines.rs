@@ -3,12 +3,13 @@
 //! the worker count), loaderlab's loader against the PyTorch DataLoader's best condition at the
 //! same workers, and the fewest native workers that keep up with that best.
 //!
-//! Invariant: every figure comes from the timed runs' img/s, paired by round like every
-//! speed-up, so `verify` recomputes it.
+//! Invariant: every figure comes from the timed runs' img/s, as a ratio of medians with a
+//! bootstrap CI over both conditions' runs (the speed-up's own estimate), so `verify`
+//! recomputes it.
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::{Estimate, bootstrap, median};
+use super::stats::Estimate;
 use super::{ConditionSummary, RunSummary};
 use crate::config::{Engine, Settings};
 use crate::plan::PlanCondition;
@@ -20,8 +21,8 @@ pub struct EngineSwitch {
     pub pytorch_best: String,
     pub pytorch_best_img_per_s: f64,
     pub pytorch_best_workers: u64,
-    /// The native condition at the same worker count, and its img/s over the pytorch best's
-    /// (median of the rounds' medians, bootstrap CI over both conditions' runs).
+    /// The native condition at the same worker count, and its median img/s over the pytorch
+    /// best's (bootstrap CI over both conditions' runs).
     pub native_same_workers: Option<String>,
     pub speedup_same_workers: Option<Estimate>,
     /// The native condition with the fewest workers whose img/s is not below the pytorch
@@ -39,11 +40,9 @@ fn same_but_engine_and_workers(a: &Settings, b: &Settings) -> bool {
     *a == b
 }
 
-/// `mine`'s median img/s over `other`'s, with its bootstrap CI over both conditions' runs.
+/// `mine`'s median img/s over `other`'s, with its CI: the speed-up's own estimate.
 fn ratio(mine: &[&RunSummary], other: &[&RunSummary], seed: u64) -> Estimate {
-    let a: Vec<f64> = mine.iter().map(|r| r.img_per_s).collect();
-    let b: Vec<f64> = other.iter().map(|r| r.img_per_s).collect();
-    bootstrap(&[&a, &b], seed, |s| median(&s[0]) / median(&s[1]))
+    super::speedup(mine, other, seed).ratio
 }
 
 /// The switch for the baseline's group, when it holds both engines.

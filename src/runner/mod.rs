@@ -263,16 +263,12 @@ impl Runs<'_> {
             let protocol = &self.exp.protocol;
             let total = plan.runs.len();
             let done = if engine::pytorch::runs(setup.settings()) {
-                let engine = match self.engines.entry(planned.condition_index) {
-                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        match engine::pytorch::Engine::start(setup, &planned.condition) {
-                            Ok(started) => e.insert(started),
-                            // Ctrl-C reached the child while it started.
-                            Err(_) if INTERRUPTED.load(Ordering::SeqCst) => return Ok(true),
-                            Err(err) => return Err(err),
-                        }
-                    }
+                let index = planned.condition_index;
+                let engine = match child(&mut self.engines, index, setup, &planned.condition) {
+                    Ok(engine) => engine,
+                    // Ctrl-C reached the child while it started.
+                    Err(_) if INTERRUPTED.load(Ordering::SeqCst) => return Ok(true),
+                    Err(err) => return Err(err),
                 };
                 engine.timed(planned, total, protocol, setup, out)?
             } else if setup.workload.ranks() > 1 {
@@ -313,13 +309,7 @@ impl Runs<'_> {
                 continue;
             }
             let record = if engine::pytorch::runs(prepared[i].settings()) {
-                let engine = match self.engines.entry(i) {
-                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        e.insert(engine::pytorch::Engine::start(&prepared[i], &c.name)?)
-                    }
-                };
-                engine.headroom(&c.name, steps)?
+                child(&mut self.engines, i, &prepared[i], &c.name)?.headroom(&c.name, steps)?
             } else {
                 let trainer = self.trainers.get(i, &prepared[i])?;
                 headroom::run(&c.name, &prepared[i], trainer, steps)?
@@ -349,12 +339,7 @@ impl Runs<'_> {
             }
             let protocol = &self.exp.protocol;
             let done = if engine::pytorch::runs(self.prepared[i].settings()) {
-                let engine = match self.engines.entry(i) {
-                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        e.insert(engine::pytorch::Engine::start(&self.prepared[i], &c.name)?)
-                    }
-                };
+                let engine = child(&mut self.engines, i, &self.prepared[i], &c.name)?;
                 profiled::in_pytorch(&c.name, protocol, engine, out)?
             } else {
                 let trainer = self.trainers.get(i, &self.prepared[i])?;
@@ -367,6 +352,21 @@ impl Runs<'_> {
         }
         Ok(false)
     }
+}
+
+/// Condition `index`'s pytorch child, started on its first use.
+fn child<'e>(
+    engines: &'e mut HashMap<usize, engine::pytorch::Engine>,
+    index: usize,
+    setup: &Setup,
+    condition: &str,
+) -> Result<&'e mut engine::pytorch::Engine, RunError> {
+    Ok(match engines.entry(index) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            e.insert(engine::pytorch::Engine::start(setup, condition)?)
+        }
+    })
 }
 
 /// Every condition ready to run.

@@ -496,13 +496,21 @@ impl Engine {
                     fingerprint,
                     epoch,
                 } => {
+                    let Ok(fingerprint) = u64::from_str_radix(&fingerprint, 16) else {
+                        return Err(RunError::Engine {
+                            condition: condition.to_string(),
+                            message: format!(
+                                "step {step}'s fingerprint {fingerprint:?} is not hex"
+                            ),
+                        });
+                    };
                     let row = StepRecord {
                         batch_wait_ms,
                         h2d_ms,
                         compute_ms,
                         step_ms,
                         loss: loss.unwrap_or(f64::NAN),
-                        fingerprint: u64::from_str_radix(&fingerprint, 16).unwrap_or(0),
+                        fingerprint,
                         epoch,
                         device_ms: device_ms.unwrap_or(f64::NAN),
                         ..row_of(planned, step)
