@@ -359,7 +359,7 @@ fn compare_passes_a_folder_against_itself_and_fails_a_slowed_copy() {
         "{err}"
     );
     let md = String::from_utf8_lossy(&out.stdout);
-    assert!(md.contains("**failed** in `workers=1`: -50.00 %"), "{md}");
+    assert!(md.contains("**failed** in `workers=1`: -50.0 %"), "{md}");
 
     // A gate that does not parse is an invalid argument.
     let bad = loaderlab()

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use loaderlab::analysis::{InputBound, LoaderVerdict, analyse};
+use loaderlab::analysis::{Effect, InputBound, LoaderVerdict, analyse};
 use loaderlab::config::{Overrides, load_str};
 use loaderlab::plan;
 use loaderlab::results::{
@@ -175,11 +175,13 @@ fn known_speedup_percentiles_and_shares() {
     assert_eq!(a.conditions[1].judgement.loader, LoaderVerdict::KeptUp);
     let verdict = loaderlab::report::verdict(&a, &Raw::load(dir.path()).unwrap().meta);
     assert!(
-        verdict.starts_with("With workers=4 the model trained 4.000× faster than with workers=0"),
+        verdict.contains("| `workers=4` | 400 | 4.00× (") && verdict.contains("| faster |"),
         "{verdict}"
     );
     assert!(
-        verdict.contains("the loader was the bottleneck"),
+        verdict.contains(
+            "| `workers=0` | 100 | baseline | – | highly (82 % waiting share) | bottleneck |"
+        ),
         "{verdict}"
     );
 }
@@ -308,7 +310,7 @@ fn a_framework_step_is_set_beside_ours() {
         assert_eq!((f.ours_ms, f.framework_ms), (2.5, framework_ms));
         assert_eq!(f.bound(), bound);
         assert_eq!(
-            verdict.contains("framework-bound, 5.000× slower"),
+            verdict.contains("framework-bound, 5.00× slower"),
             bound,
             "{verdict}"
         );
@@ -366,7 +368,7 @@ fn a_two_engine_matrix_says_what_switching_would_buy() {
     assert!(
         headline.contains(
             "Switching to loaderlab's loader: at the same 2 workers, engine=native,workers=2 \
-             trains 4.167× as fast as the PyTorch DataLoader's best, engine=pytorch,workers=2 at \
+             trains 4.17× as fast as the PyTorch DataLoader's best, engine=pytorch,workers=2 at \
              6,060 img/s (95 % CI"
         ),
         "{headline}"
@@ -385,4 +387,151 @@ fn a_two_engine_matrix_says_what_switching_would_buy() {
     let a = analyse(&Raw::load(one.path()).unwrap()).unwrap();
     assert!(a.engine_switch.is_none());
     assert!(!loaderlab::report::headline(&a).contains("Switching"));
+}
+
+/// A step × workers matrix (a stand-in of 10 and of 40 ms, 0, 1 and 2 workers): two groups,
+/// each compared against its own baseline, never across; a 0.05 % gain is "no practical
+/// difference"; the Verdict is tables and short bullets; every figure has at most three
+/// significant figures; and the folder verifies.
+#[test]
+fn a_step_by_workers_matrix_is_compared_within_each_step() {
+    let text = EXPERIMENT
+        .replace(
+            "\"loader.workers\" = [0, 4]",
+            "\"model.step_ms\" = [10, 40]\n\"loader.workers\" = [0, 1, 2]",
+        )
+        .replace(
+            "[protocol]",
+            "[model]\nkind = \"stand_in\"\nstep_ms = 10\n[protocol]",
+        )
+        .replace(
+            "charts = false",
+            "charts = false\nbaseline = \"step_ms=10,workers=1\"",
+        );
+    let exp = load_str(Path::new("handmade.toml"), &text, &Overrides::default()).unwrap();
+    let plan = plan::build(&exp);
+    let dir = tempfile::tempdir().unwrap();
+    // At 10 ms: 1 worker doubles the rate of 0, 2 add 0.05 %. At 40 ms: the step hides the
+    // loader.
+    let ips = |run: usize| {
+        let r = &plan.runs[run];
+        let base = match r.condition.as_str() {
+            "step_ms=10,workers=0" => 12_000.0,
+            "step_ms=10,workers=1" => 24_000.0,
+            "step_ms=10,workers=2" => 24_012.0,
+            _ => 6_000.0,
+        };
+        base * (1.0 + 0.001 * r.round as f64)
+    };
+    folder_of(dir.path(), &text, ips, |run| {
+        if plan.runs[run].condition == "step_ms=10,workers=0" {
+            [(10.0, 10.0); 4]
+        } else {
+            [(0.01, 10.0); 4]
+        }
+    });
+    loaderlab::report::build(dir.path()).unwrap();
+    let a = analyse(&Raw::load(dir.path()).unwrap()).unwrap();
+    assert_eq!(a.groups.len(), 2, "{:?}", a.groups);
+    for (g, step) in a.groups.iter().zip(["10", "40"]) {
+        assert_eq!(g.label, format!("step_ms={step}"));
+        // The [report] baseline's loader settings (1 worker) pick each group's baseline.
+        assert_eq!(g.baseline, format!("step_ms={step},workers=1"));
+        for name in &g.conditions {
+            let c = a.summary(name).unwrap();
+            match &c.speedup {
+                Some(s) => assert_eq!(s.against, g.baseline, "{name}"),
+                None => assert_eq!(name, &g.baseline),
+            }
+        }
+    }
+    let effect = |name: &str| a.summary(name).unwrap().speedup.as_ref().unwrap().effect;
+    assert_eq!(effect("step_ms=10,workers=0"), Effect::Slower);
+    assert_eq!(
+        effect("step_ms=40,workers=0"),
+        Effect::NoPracticalDifference
+    );
+    // 1.0005 in every round, the rounds 0.1 % apart: the whole CI within 2 % of 1.
+    assert_eq!(
+        effect("step_ms=10,workers=2"),
+        Effect::NoPracticalDifference
+    );
+    let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    // No ratio across groups anywhere: every step_ms=40 row is against step_ms=40's baseline.
+    for line in md.lines().filter(|l| l.starts_with("| `step_ms=40")) {
+        assert!(!line.contains("step_ms=10"), "{line}");
+    }
+    assert!(!md.contains("slower than"), "no cross-group 'slower'");
+    let verdict = section(&md, "## Verdict");
+    assert!(
+        verdict.contains("| condition | img/s (median) |"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains(
+            "| `step_ms=10,workers=2` | 24,036 | 1.00× (0.999×–1.00×) | no practical difference |"
+        ),
+        "{verdict}"
+    );
+    for paragraph in verdict.split("\n").filter(|l| !l.starts_with('|')) {
+        let words = paragraph.split_whitespace().count();
+        assert!(words <= 80, "{words} words: {paragraph}");
+    }
+    // The headline: one clause per group.
+    let headline = loaderlab::report::headline(&a);
+    assert!(
+        headline.starts_with("At step_ms=10: step_ms=10,workers=1 is ")
+            && headline.contains(". At step_ms=40: step_ms=40,workers=1 is "),
+        "{headline}"
+    );
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    for (name, text) in [("report.md", &md), ("report.html", &html)] {
+        let wide = too_precise(text);
+        assert!(wide.is_empty(), "{name}: {wide:?}");
+    }
+    let checks = loaderlab::commands::verify::verify(dir.path());
+    assert!(checks.iter().all(|c| c.ok), "{checks:?}");
+}
+
+/// The markdown section opened by `heading`, up to the next `## `.
+fn section<'a>(md: &'a str, heading: &str) -> &'a str {
+    let start = md.find(heading).expect("the section");
+    let rest = &md[start + heading.len()..];
+    &rest[..rest.find("\n## ").unwrap_or(rest.len())]
+}
+
+/// Decimal figures with more than three significant figures, outside code spans, tags and
+/// the Reproduce section (versions, commands). Whole numbers (img/s to the unit, counts) may
+/// be as wide as they are.
+fn too_precise(text: &str) -> Vec<String> {
+    let body = text.split("Reproduce").next().unwrap_or(text);
+    let mut plain = String::new();
+    let (mut in_code, mut in_tag) = (false, false);
+    for ch in body.chars() {
+        match ch {
+            '`' => in_code = !in_code,
+            '<' => {
+                in_tag = true;
+                plain.push(' ');
+            }
+            '>' if in_tag => in_tag = false,
+            _ if in_code || in_tag => {}
+            c => plain.push(c),
+        }
+    }
+    plain
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == ',' || c == '_'))
+        .map(|t| t.trim_end_matches(['.', ',']))
+        .filter(|t| t.starts_with(|c: char| c.is_ascii_digit()))
+        .filter(|t| {
+            t.chars()
+                .all(|c| c.is_ascii_digit() || c == '.' || c == ',')
+        })
+        .filter(|t| t.matches('.').count() == 1)
+        .filter(|t| {
+            let digits: String = t.chars().filter(|c| c.is_ascii_digit()).collect();
+            digits.trim_start_matches('0').len() > 3
+        })
+        .map(str::to_string)
+        .collect()
 }

@@ -42,7 +42,7 @@ fn same_but_engine_and_workers(a: &Settings, b: &Settings) -> bool {
 
 /// `mine`'s median img/s over `other`'s, with its CI: the speed-up's own estimate.
 fn ratio(mine: &[&RunSummary], other: &[&RunSummary], seed: u64) -> Estimate {
-    super::speedup(mine, other, seed).ratio
+    super::speedup(mine, other, seed, 0.0).ratio
 }
 
 /// The switch for the baseline's group, when it holds both engines.

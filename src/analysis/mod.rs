@@ -8,6 +8,7 @@
 mod advice;
 mod checks;
 mod engines;
+mod groups;
 mod judge;
 mod profile;
 mod ranks;
@@ -22,13 +23,14 @@ pub use advice::{
     workers_wanted,
 };
 pub use engines::EngineSwitch;
+pub use groups::{Group, LOADER_OWN, group_of, is_loader_own};
 pub use judge::{ClassifiedBy, InputBound, Judgement, LoaderVerdict, Thresholds};
 pub use profile::{BuildSplit, ProfileSummary, SpanRow, StageCost};
 pub use ranks::{Node, RankFigures, WAIT_FLOOR_MS};
 pub use resources::Resources;
 pub use scale::{ModelScale, ScaleGroup, ScalePoint};
 pub use stats::{
-    BOOTSTRAP_RESAMPLES, CONFIDENCE, Estimate, bootstrap, median, paired_ratio, quantile,
+    BOOTSTRAP_RESAMPLES, CONFIDENCE, Effect, Estimate, bootstrap, median, paired_ratio, quantile,
 };
 pub use tables::{summary_frame, write_tables};
 
@@ -110,12 +112,19 @@ pub struct RunSummary {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Speedup {
+    /// The condition it is compared with: its group's baseline.
+    #[serde(default)]
+    pub against: String,
     /// Median img/s of this condition over the baseline's, with its 95 % CI.
     pub ratio: Estimate,
     /// (round, ratio) for rounds where both ran.
     pub paired: Vec<(i64, f64)>,
     /// The 95 % interval excludes 1.
     pub beyond_noise: bool,
+    /// Faster or slower by a difference that matters (`[report] min_effect`), no practical
+    /// difference, or within noise.
+    #[serde(default)]
+    pub effect: Effect,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -186,7 +195,14 @@ pub struct Determinism {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Analysis {
+    /// The experiment's baseline: the `[report] baseline` condition, else the first.
     pub baseline: String,
+    /// The conditions in the groups they are compared in, each with its own baseline.
+    #[serde(default)]
+    pub groups: Vec<Group>,
+    /// `[report] min_effect`: the smallest speed-up that matters.
+    #[serde(default)]
+    pub min_effect: f64,
     pub runs: Vec<RunSummary>,
     pub conditions: Vec<ConditionSummary>,
     pub determinism: Determinism,
@@ -204,6 +220,30 @@ pub struct Analysis {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_switch: Option<EngineSwitch>,
     pub warnings: Vec<String>,
+}
+
+impl Analysis {
+    /// The summary of `condition`, when it has completed runs.
+    pub fn summary(&self, condition: &str) -> Option<&ConditionSummary> {
+        self.conditions.iter().find(|c| c.condition == condition)
+    }
+
+    /// The groups the conditions are compared in; one group of every condition with the
+    /// experiment's baseline for a folder analysed before groups were recorded.
+    pub fn comparison_groups(&self) -> Vec<Group> {
+        if !self.groups.is_empty() {
+            return self.groups.clone();
+        }
+        vec![Group {
+            label: String::new(),
+            baseline: self.baseline.clone(),
+            conditions: self
+                .conditions
+                .iter()
+                .map(|c| c.condition.clone())
+                .collect(),
+        }]
+    }
 }
 
 /// This run's step on the device beside the same step in the user's framework.
@@ -245,7 +285,8 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
     // Per condition, in plan order, over completed runs.
     let complete: Vec<&RunSummary> = runs.iter().filter(|r| !r.interrupted).collect();
     let baseline = baseline(&raw.plan.conditions, &raw.plan.report().baseline);
-    let mut conditions = condition_summaries(raw, &complete, &baseline)?;
+    let groups = groups::groups(&raw.plan.conditions, &baseline);
+    let mut conditions = condition_summaries(raw, &complete, &groups)?;
     if let Some(tasks) = &raw.meta.tasks {
         // Separate processes, possibly on separate nodes: positions in the plan say nothing
         // about what ran before a run on the same machine.
@@ -298,6 +339,7 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
         &complete,
         |name| raw.meta.condition(name).and_then(|c| c.model.clone()),
         raw.plan.experiment.seed,
+        raw.plan.report().min_effect,
     );
     let base_stand_in =
         (raw.plan.conditions.iter()).any(|p| p.name == baseline && p.config.model.is_stand_in());
@@ -315,6 +357,8 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
     );
     Ok(Analysis {
         baseline,
+        groups,
+        min_effect: raw.plan.report().min_effect,
         runs,
         conditions,
         determinism,
@@ -431,12 +475,14 @@ fn run_summaries(raw: &Raw, warnings: &mut Vec<String>) -> Result<Vec<RunSummary
 }
 
 /// One summary per condition of the plan that has completed runs: step figures pooled over its
-/// runs' steps, throughput over its runs, the speed-up against the baseline and the judgement.
+/// runs' steps, throughput over its runs, the speed-up against its group's baseline and the
+/// judgement.
 fn condition_summaries(
     raw: &Raw,
     complete: &[&RunSummary],
-    baseline: &str,
+    groups: &[Group],
 ) -> Result<Vec<ConditionSummary>, AnalysisError> {
+    let min_effect = raw.plan.report().min_effect;
     let seed = raw.plan.experiment.seed;
     let complete_ids: Vec<i64> = complete.iter().map(|r| r.run).collect();
     let mask: BooleanChunked = i64s(&raw.steps, column::RUN)?
@@ -460,8 +506,6 @@ fn condition_summaries(
             .collect()
     };
     let ips = |runs: &[&RunSummary]| -> Vec<f64> { runs.iter().map(|r| r.img_per_s).collect() };
-    let base_runs = of(baseline);
-    let base_ips = ips(&base_runs);
     let thresholds = Thresholds::from_report(raw.plan.report());
     let mut summaries = Vec::new();
     for (ci, c) in raw.plan.conditions.iter().enumerate() {
@@ -472,8 +516,13 @@ fn condition_summaries(
         let values = ips(&mine);
         let k = pooled_names.iter().position(|n| n == &c.name);
         let pooled_of = |col: &str| k.map_or(f64::NAN, |k| pooled_cols[col][k]);
-        let speedup = (c.name != baseline && !base_ips.is_empty())
-            .then(|| speedup(&mine, &base_runs, seed ^ ci as u64));
+        let baseline = group_of(groups, &c.name).map_or("", |g| g.baseline.as_str());
+        let base_runs = of(baseline);
+        let speedup = (c.name != baseline && !base_runs.is_empty()).then(|| {
+            let mut s = speedup(&mine, &base_runs, seed ^ ci as u64, min_effect);
+            s.against = baseline.to_string();
+            s
+        });
         let (wait_share, p50, p95) = (
             pooled_of("wait_share"),
             pooled_of("batch_wait_median_ms"),
@@ -592,7 +641,7 @@ fn rank_steps(steps: &DataFrame) -> Result<Vec<ranks::RankStep>, AnalysisError> 
 
 /// The ratio of median img/s against the baseline's, its bootstrap CI over both conditions'
 /// runs, and the per-round ratios.
-fn speedup(mine: &[&RunSummary], base: &[&RunSummary], seed: u64) -> Speedup {
+fn speedup(mine: &[&RunSummary], base: &[&RunSummary], seed: u64, min_effect: f64) -> Speedup {
     let values: Vec<f64> = mine.iter().map(|r| r.img_per_s).collect();
     let base_values: Vec<f64> = base.iter().map(|r| r.img_per_s).collect();
     let ratio = bootstrap(&[&values, &base_values], seed, |s| {
@@ -607,7 +656,9 @@ fn speedup(mine: &[&RunSummary], base: &[&RunSummary], seed: u64) -> Speedup {
         })
         .collect();
     Speedup {
+        against: String::new(),
         beyond_noise: !ratio.contains(1.0),
+        effect: Effect::of(&ratio, min_effect),
         ratio,
         paired,
     }

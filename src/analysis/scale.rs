@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::advice::same_but_workers;
-use super::{ClassifiedBy, ConditionSummary, Estimate, InputBound, RunSummary, speedup};
+use super::{ClassifiedBy, ConditionSummary, Effect, Estimate, InputBound, RunSummary, speedup};
 use crate::plan::PlanCondition;
 
 /// One condition of a group.
@@ -21,7 +21,8 @@ pub struct ScalePoint {
     /// Median img/s over the group's fewest-workers condition's, with its 95 % CI (None for
     /// that condition itself).
     pub speedup: Option<Estimate>,
-    /// The CI lies above 1: the extra workers paid.
+    /// The extra workers paid: faster beyond noise and by a difference that matters
+    /// (`[report] min_effect`).
     pub pays: bool,
 }
 
@@ -88,6 +89,7 @@ pub fn model_scale(
     runs: &[&RunSummary],
     model_of: impl Fn(&str) -> Option<String>,
     seed: u64,
+    min_effect: f64,
 ) -> Option<ModelScale> {
     let mut families: Vec<Vec<&PlanCondition>> = Vec::new();
     for c in plan {
@@ -132,6 +134,7 @@ pub fn model_scale(
                         &runs_of(&c.name),
                         &base_runs,
                         seed ^ 0x5ca1e ^ (gi * 64 + k) as u64,
+                        min_effect,
                     )
                     .ratio
                 });
@@ -139,7 +142,9 @@ pub fn model_scale(
                     condition: c.name.clone(),
                     workers: c.config.loader.workers,
                     wait_share: s.judgement.share,
-                    pays: ratio.as_ref().is_some_and(|r| r.low > 1.0),
+                    pays: ratio
+                        .as_ref()
+                        .is_some_and(|r| Effect::of(r, min_effect) == Effect::Faster),
                     speedup: ratio,
                 }
             })

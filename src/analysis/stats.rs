@@ -30,6 +30,55 @@ impl Estimate {
     }
 }
 
+/// What a ratio's interval says, against the smallest difference that matters
+/// (`[report] min_effect`): an effect is told from one that is merely measurable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// Above 1 beyond noise, and not all of the interval within `min_effect` of 1.
+    Faster,
+    /// Below 1 beyond noise, and not all of the interval within `min_effect` of 1.
+    Slower,
+    /// The whole interval within ±`min_effect` of 1, whether or not it excludes 1.
+    NoPracticalDifference,
+    /// The interval includes 1 and reaches past ±`min_effect`: these runs cannot tell (or
+    /// there is no interval).
+    #[default]
+    WithinNoise,
+}
+
+impl Effect {
+    /// The effect of a ratio `r` (this over that) against `min_effect` (0.02 = 2 %).
+    pub fn of(r: &Estimate, min_effect: f64) -> Effect {
+        if !(r.low.is_finite() && r.high.is_finite()) {
+            Effect::WithinNoise
+        } else if 1.0 - min_effect <= r.low && r.high <= 1.0 + min_effect {
+            Effect::NoPracticalDifference
+        } else if r.low > 1.0 {
+            Effect::Faster
+        } else if r.high < 1.0 {
+            Effect::Slower
+        } else {
+            Effect::WithinNoise
+        }
+    }
+
+    /// Faster or slower by a difference that matters.
+    pub fn matters(self) -> bool {
+        matches!(self, Effect::Faster | Effect::Slower)
+    }
+
+    /// As a table cell or a clause reads it.
+    pub fn words(self) -> &'static str {
+        match self {
+            Effect::Faster => "faster",
+            Effect::Slower => "slower",
+            Effect::NoPracticalDifference => "no practical difference",
+            Effect::WithinNoise => "no difference beyond noise",
+        }
+    }
+}
+
 /// Linear-interpolation quantile of unsorted data (numpy/pandas default).
 pub fn quantile(values: &[f64], q: f64) -> f64 {
     if values.is_empty() {
@@ -108,6 +157,28 @@ mod tests {
         assert_eq!(median(&v), 2.5);
         assert!((quantile(&v, 0.95) - 3.85).abs() < 1e-12);
         assert_eq!(quantile(&[7.0], 0.95), 7.0);
+    }
+
+    #[test]
+    fn an_effect_matters_only_beyond_min_effect() {
+        let e = |low, high| {
+            Effect::of(
+                &Estimate {
+                    point: (low + high) / 2.0,
+                    low,
+                    high,
+                },
+                0.02,
+            )
+        };
+        // 0.05 % faster, and the interval excludes 1: measurable, not practical.
+        assert_eq!(e(1.0003, 1.0007), Effect::NoPracticalDifference);
+        assert_eq!(e(0.99, 1.01), Effect::NoPracticalDifference);
+        assert_eq!(e(0.97, 1.05), Effect::WithinNoise);
+        assert_eq!(e(1.01, 1.05), Effect::Faster);
+        assert_eq!(e(0.5, 0.97), Effect::Slower);
+        assert_eq!(e(f64::NAN, f64::NAN), Effect::WithinNoise);
+        assert!(Effect::Faster.matters() && !Effect::NoPracticalDifference.matters());
     }
 
     #[test]

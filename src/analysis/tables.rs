@@ -75,6 +75,30 @@ pub fn summary_frame(a: &Analysis) -> Result<DataFrame, AnalysisError> {
             .map(|s| s.judgement.input_bound.word().to_string())
             .collect::<Vec<_>>(),
     ));
+    let groups = a.comparison_groups();
+    let strings = |f: &dyn Fn(&ConditionSummary) -> String| c.iter().map(f).collect::<Vec<_>>();
+    columns.push(Column::new(
+        "group".into(),
+        strings(&|s| {
+            super::group_of(&groups, &s.condition).map_or(String::new(), |g| g.label.clone())
+        }),
+    ));
+    columns.push(Column::new(
+        "speedup_against".into(),
+        strings(&|s| {
+            s.speedup
+                .as_ref()
+                .map_or(String::new(), |x| x.against.clone())
+        }),
+    ));
+    columns.push(Column::new(
+        "effect".into(),
+        strings(&|s| {
+            s.speedup
+                .as_ref()
+                .map_or(String::new(), |x| x.effect.words().replace(' ', "_"))
+        }),
+    ));
     Ok(DataFrame::new_infer_height(columns)?)
 }
 

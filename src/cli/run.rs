@@ -76,7 +76,7 @@ pub(super) fn run(
 
 /// The short summary for stdout at the end of a run.
 fn summary_table(a: &Analysis) -> String {
-    use crate::format::{pct, rate, ratio, sig};
+    use crate::format::{ms, pct, rate, ratio};
     let width = a
         .conditions
         .iter()
@@ -95,11 +95,11 @@ fn summary_table(a: &Analysis) -> String {
             .map_or("baseline".to_string(), |s| ratio(s.ratio.point));
         let j = &c.judgement;
         out.push_str(&format!(
-            "{:<width$}  {:>10}  {:>14}  {:>13} ms  {:>13}  {} ({} {})\n",
+            "{:<width$}  {:>10}  {:>14}  {:>16}  {:>13}  {} ({} {})\n",
             c.condition,
             rate(c.img_per_s.point),
             speed,
-            sig(c.batch_wait_p50_ms),
+            ms(c.batch_wait_p50_ms),
             pct(c.wait_share),
             j.input_bound.word(),
             pct(j.share),

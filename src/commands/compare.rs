@@ -218,7 +218,7 @@ pub fn compare(before: &Path, after: &Path, gates: &[Gate]) -> Result<Comparison
     })
 }
 
-/// `after / before` as a change: 0.93 → "-7.000 %".
+/// `after / before` as a change: 0.93 → "-7.00 %".
 fn change(r: f64) -> String {
     if !r.is_finite() {
         return "–".into();
@@ -339,8 +339,8 @@ mod tests {
 
     #[test]
     fn change_reads_as_percent() {
-        // Four significant digits, as every figure of the reports.
-        assert_eq!(change(0.93), "-7.000 %");
-        assert_eq!(change(1.1), "+10.00 %");
+        // Three significant figures, as every figure of the reports.
+        assert_eq!(change(0.93), "-7.00 %");
+        assert_eq!(change(1.1), "+10.0 %");
     }
 }

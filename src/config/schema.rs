@@ -548,6 +548,10 @@ pub struct ReportSection {
     /// reads from a trace); 0 = not known. The report sets it beside this run's own step, so
     /// a framework-bound trainer (slower than the framework) is said next to the ceiling.
     pub framework_step_ms: f64,
+    /// The smallest speed-up that matters: a ratio whose 95 % CI lies within ±min_effect of 1
+    /// is "no practical difference" (in the verdict, the headline, the crossover and `tune`'s
+    /// choice), however far its interval is from 1. `compare --fail-if` keeps its own threshold.
+    pub min_effect: f64,
 }
 
 impl Default for ReportSection {
@@ -561,6 +565,7 @@ impl Default for ReportSection {
             html: true,
             straggler_skew: 2.0,
             framework_step_ms: 0.0,
+            min_effect: 0.02,
         }
     }
 }

@@ -545,6 +545,15 @@ pub fn check_experiment_wide(
             ),
         ));
     }
+    if !(0.0..0.5).contains(&r.min_effect) {
+        out.push((
+            KeyPath::keys(["report", "min_effect"]),
+            format!(
+                "expected a share of throughput from 0 to under 0.5 (0.02 = 2 %), found {}",
+                r.min_effect
+            ),
+        ));
+    }
     let (high, moderate) = (r.highly_input_bound, r.moderately_input_bound);
     if !(0.0..=1.0).contains(&high) {
         out.push((

@@ -1,9 +1,9 @@
-//! The answer at a glance: one sentence for the baseline and the best condition, then one
-//! short finding per judgement (headroom, prediction, order effect, warnings), each with its
+//! The answer at a glance: one sentence with a clause per group of the matrix (its baseline
+//! and its fastest other condition), then one short finding per judgement (headroom, prediction, order effect, warnings), each with its
 //! figure. Rendered from the analysis like every other figure, so `verify` can rebuild it
 //! from the raw rows and find it in report.md.
 
-use crate::analysis::{Analysis, ClassifiedBy, ConditionSummary};
+use crate::analysis::{Analysis, ClassifiedBy, ConditionSummary, Effect, Group};
 use crate::format::{pct, rate, ratio};
 
 /// "is highly input-bound (31.50 % of step time waiting for a batch)".
@@ -20,53 +20,78 @@ fn class_of(c: &ConditionSummary) -> String {
     )
 }
 
-/// The one sentence that answers the experiment's question, without markup.
-pub fn headline(a: &Analysis) -> String {
-    let Some(base) = a.conditions.iter().find(|c| c.condition == a.baseline) else {
-        return "No completed timed run: nothing to answer.".into();
-    };
-    let best = a
-        .conditions
-        .iter()
-        .filter(|c| c.condition != base.condition)
+/// The headline names at most this many groups; the others get a finding each.
+const HEADLINE_GROUPS: usize = 3;
+
+/// One group's answer: its baseline's class, then its fastest other condition against it
+/// ("trains 1.50× faster", "shows no practical difference", "shows no difference beyond
+/// noise"), each with its CI.
+fn clause(a: &Analysis, g: &Group) -> Option<String> {
+    let base = a.summary(&g.baseline)?;
+    let best = (g.conditions.iter())
+        .filter(|n| **n != g.baseline)
+        .filter_map(|n| a.summary(n))
         .max_by(|x, y| x.img_per_s.point.total_cmp(&y.img_per_s.point));
     let Some(best) = best else {
-        return format!("{} {}.", base.condition, class_of(base));
+        return Some(format!("{} {}", base.condition, class_of(base)));
     };
     let against = match &best.speedup {
-        Some(s) if s.beyond_noise => {
+        Some(s) if s.effect.matters() => {
             let r = &s.ratio;
-            let (word, factor) = if r.point >= 1.0 {
-                ("faster", r.point)
+            let factor = if s.effect == Effect::Faster {
+                r.point
             } else {
-                ("slower", 1.0 / r.point)
+                1.0 / r.point
             };
             format!(
-                "{} trains {} {word} ({} vs {} img/s, 95 % CI of the ratio {}–{})",
+                "{} trains {} {} ({} vs {} img/s, 95 % CI of the ratio {}–{}), and {}",
                 best.condition,
                 ratio(factor),
+                s.effect.words(),
                 rate(best.img_per_s.point),
                 rate(base.img_per_s.point),
                 ratio(r.low),
-                ratio(r.high)
+                ratio(r.high),
+                class_of(best)
             )
         }
         Some(s) => format!(
-            "{}, the fastest other condition, shows no difference beyond noise ({}, 95 % CI {}–{})",
+            "{}, the fastest other condition, shows {} ({}, 95 % CI {}–{})",
             best.condition,
+            s.effect.words(),
             ratio(s.ratio.point),
             ratio(s.ratio.low),
             ratio(s.ratio.high)
         ),
         None => format!("{} has no speed-up measured", best.condition),
     };
-    format!(
-        "{} {}; {against}, and {}.{}",
-        base.condition,
-        class_of(base),
-        class_of(best),
-        switching(a)
-    )
+    Some(format!("{} {}; {against}", base.condition, class_of(base)))
+}
+
+/// The one sentence that answers the experiment's question, without markup: one clause per
+/// group (at most [`HEADLINE_GROUPS`]), then what switching engines would buy.
+pub fn headline(a: &Analysis) -> String {
+    let groups = a.comparison_groups();
+    let clauses: Vec<String> = match groups.as_slice() {
+        [one] => clause(a, one).into_iter().collect(),
+        many => many
+            .iter()
+            .take(HEADLINE_GROUPS)
+            .filter_map(|g| Some(format!("At {}: {}", g.label, clause(a, g)?)))
+            .collect(),
+    };
+    if clauses.is_empty() {
+        return "No completed timed run: nothing to answer.".into();
+    }
+    format!("{}.{}", clauses.join(". "), switching(a))
+}
+
+/// Groups past the headline's first [`HEADLINE_GROUPS`]: one finding each.
+fn other_groups(a: &Analysis) -> Vec<String> {
+    let groups = a.comparison_groups();
+    (groups.iter().skip(HEADLINE_GROUPS))
+        .filter_map(|g| Some(format!("At {}: {}.", g.label, clause(a, g)?)))
+        .collect()
 }
 
 /// " Switching to loaderlab's loader: …", where the matrix holds both engines.
@@ -101,7 +126,7 @@ fn switching(a: &Analysis) -> String {
 
 /// One sentence per finding, each with its figure.
 pub fn findings(a: &Analysis, notices: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut out = other_groups(a);
     let base = a.conditions.iter().find(|c| c.condition == a.baseline);
     if let Some((base, h)) = base.and_then(|b| b.headroom.as_ref().map(|h| (b, h))) {
         out.push(format!(
@@ -120,7 +145,7 @@ pub fn findings(a: &Analysis, notices: &[String]) -> Vec<String> {
             None => "no neighbouring worker counts were measured to check it",
         };
         out.push(format!(
-            "Prediction: {} worker(s) ({} ms of loader work per batch over a {} ms step); {outcome}.",
+            "Prediction: {} worker(s) ({} of loader work per batch over a {} step); {outcome}.",
             p.workers,
             crate::format::ms(p.loader_ms_per_batch),
             crate::format::ms(p.step_ms)

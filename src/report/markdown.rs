@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use super::charts::CHARTS;
 use super::sections::{headroom, model_scale, profiles, search};
 use super::table::{Align, Table};
-use super::verdict::verdict;
+use super::verdict::{speedup_cell, verdict};
 use crate::analysis::Analysis;
 use crate::format::{ms, pct, rate, ratio};
 use crate::results::{CHARTS_DIR, CONFIG_TOML, Raw};
@@ -33,6 +33,7 @@ pub fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> S
         charts_section(charts),
         profiles(raw, a),
         warnings(raw, a),
+        super::verdict::how_to_read(a, &raw.meta),
         format!("## How this was measured\n\n{}\n\n", raw.meta.timing_note),
         reproduce(raw),
     ]
@@ -236,37 +237,36 @@ fn setup(raw: &Raw) -> String {
     format!("## Setup\n\n{}\n", t.render())
 }
 
+/// The header of a speed-up column: against the one baseline, or each group's.
+pub(super) fn speedup_header(a: &Analysis, what: &str, suffix: &str) -> String {
+    match a.comparison_groups().as_slice() {
+        [one] => format!("{what} vs `{}`{suffix}", one.baseline),
+        _ => format!("{what} vs its group's baseline{suffix}"),
+    }
+}
+
 fn results(a: &Analysis) -> String {
     let mut t = Table::new([
         ("condition".to_string(), Left),
         ("runs".into(), Right),
         ("img/s (median)".into(), Right),
         ("img/s min–max".into(), Right),
-        (format!("speed-up vs `{}` (95 % CI)", a.baseline), Right),
-        ("batch_wait p50 / p95 / max, ms".into(), Right),
-        ("compute median, ms".into(), Right),
-        ("step median, ms".into(), Right),
+        (speedup_header(a, "speed-up", " (95 % CI)"), Right),
+        ("batch_wait p50 / p95 / max".into(), Right),
+        ("compute median".into(), Right),
+        ("step median".into(), Right),
         ("waiting share".into(), Right),
         ("input-bound".into(), Left),
         ("device idle".into(), Right),
-        ("worker start-up, ms".into(), Right),
+        ("worker start-up".into(), Right),
     ]);
     for c in &a.conditions {
-        let speed = match &c.speedup {
-            Some(s) => format!(
-                "{} ({}–{})",
-                ratio(s.ratio.point),
-                ratio(s.ratio.low),
-                ratio(s.ratio.high)
-            ),
-            None => "baseline".into(),
-        };
         t.row([
             format!("`{}`", c.condition),
             c.runs.to_string(),
             rate(c.img_per_s.point),
             format!("{}–{}", rate(c.img_per_s_min), rate(c.img_per_s_max)),
-            speed,
+            speedup_cell(c),
             format!(
                 "{} / {} / {}",
                 ms(c.batch_wait_p50_ms),
@@ -281,29 +281,47 @@ fn results(a: &Analysis) -> String {
             ms(c.startup_ms_median),
         ]);
     }
-    let mut md = format!("## Results\n\n{}\n", t.render());
-    let paired: Vec<String> = a
-        .conditions
-        .iter()
-        .filter_map(|c| {
-            let rounds: Vec<String> = c
-                .speedup
-                .as_ref()?
-                .paired
+    format!("## Results\n\n{}\n{}", t.render(), paired(a))
+}
+
+/// Each condition's ratio to its group's baseline in each round (both ran once per round, so
+/// the machine's drift within a round cancels): rounds as columns.
+fn paired(a: &Analysis) -> String {
+    let rounds: Vec<i64> = {
+        let mut r: Vec<i64> = (a.conditions.iter())
+            .filter_map(|c| c.speedup.as_ref())
+            .flat_map(|s| s.paired.iter().map(|(r, _)| *r))
+            .collect();
+        r.sort_unstable();
+        r.dedup();
+        r
+    };
+    if rounds.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::new(
+        [("condition".to_string(), Left), ("vs".into(), Left)]
+            .into_iter()
+            .chain(rounds.iter().map(|r| (format!("round {r}"), Right))),
+    );
+    for c in &a.conditions {
+        let Some(s) = &c.speedup else { continue };
+        let cells = rounds.iter().map(|r| {
+            s.paired
                 .iter()
-                .map(|(r, x)| format!("round {r}: {}", ratio(*x)))
-                .collect();
-            Some(format!("`{}`: {}", c.condition, rounds.join(", ")))
-        })
-        .collect();
-    if !paired.is_empty() {
-        let _ = writeln!(
-            md,
-            "Speed-up paired by round (each round ran every condition once): {}.\n",
-            paired.join("; ")
+                .find(|(pr, _)| pr == r)
+                .map_or("–".into(), |(_, x)| ratio(*x))
+        });
+        t.row(
+            [format!("`{}`", c.condition), format!("`{}`", s.against)]
+                .into_iter()
+                .chain(cells),
         );
     }
-    md
+    format!(
+        "Speed-up paired by round (each round ran every condition once):\n\n{}\n",
+        t.render()
+    )
 }
 
 fn runs(a: &Analysis) -> String {
@@ -313,8 +331,8 @@ fn runs(a: &Analysis) -> String {
         ("position", Right),
         ("condition", Left),
         ("img/s", Right),
-        ("batch_wait median / p95, ms", Right),
-        ("step median, ms", Right),
+        ("batch_wait median / p95", Right),
+        ("step median", Right),
         ("waiting share", Right),
         ("device idle", Right),
     ]);

@@ -73,11 +73,11 @@ pub(super) fn section(a: &Analysis, cores: usize) -> String {
     for (c, n) in nodes {
         let mut t = Table::new([
             ("rank", Right),
-            ("batch_wait p50, ms", Right),
-            ("p95, ms", Right),
+            ("batch_wait p50", Right),
+            ("p95", Right),
             ("waiting share", Right),
             ("device idle", Right),
-            ("barrier wait p50, ms", Right),
+            ("barrier wait p50", Right),
             ("time at barrier", Right),
             ("input-bound", Left),
         ]);
@@ -115,7 +115,7 @@ pub(super) fn section(a: &Analysis, cores: usize) -> String {
             .any(|c| c.condition == p.from && c.node.is_some())
     {
         md.push_str(&format!(
-            "**Workers per rank**: {} ({} ms of loader work per batch on one thread over a {} ms \
+            "**Workers per rank**: {} ({} of loader work per batch on one thread over a {} \
              step per rank{}), with the node's {cores} cores shared by the ranks, at most {} \
              per rank. See the prediction above for the measured worker counts.\n\n",
             p.workers,

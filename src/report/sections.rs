@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::table::{Align, Table};
 use crate::analysis::Analysis;
-use crate::format::{ms, pct, rate, ratio, thousands};
+use crate::format::{ms, pct, rate, ratio, sig, thousands};
 use crate::results::Raw;
 
 use Align::{Left, Right};
@@ -22,7 +22,7 @@ pub(super) fn headroom(a: &Analysis) -> String {
         ("img/s (median)".into(), Right),
         ("ceiling if data were free, img/s".into(), Right),
         ("share of the ceiling".into(), Right),
-        ("step without waiting, ms".into(), Right),
+        ("step without waiting".into(), Right),
         (
             format!(
                 "bound 1 / (1 − {})",
@@ -32,7 +32,10 @@ pub(super) fn headroom(a: &Analysis) -> String {
             ),
             Right,
         ),
-        (format!("speed-up measured vs `{}`", a.baseline), Right),
+        (
+            super::markdown::speedup_header(a, "speed-up measured", ""),
+            Right,
+        ),
     ]);
     for c in &a.conditions {
         let h = c.headroom.as_ref();
@@ -62,12 +65,12 @@ Each condition's headroom run trains \
     if let Some(p) = &a.prediction {
         let _ = writeln!(
             md,
-            "Workers needed ≈ loader time per batch ÷ step time without waiting = {} ms ÷ {} ms = \
+            "Workers needed ≈ loader time per batch ÷ step time without waiting = {} ÷ {} = \
              {} → **{}**, at most {}: {} (loader time: one batch's build on the stage clocks of \
              `{}`'s profiled run; step time: its headroom run).\n",
             ms(p.loader_ms_per_batch),
             ms(p.step_ms),
-            ms(p.workers_exact),
+            sig(p.workers_exact),
             p.workers,
             p.cap,
             p.cap_rule.describe(),
@@ -85,7 +88,7 @@ pub(super) fn model_scale(a: &Analysis) -> String {
     let mut t = Table::new([
         ("model setting", Left),
         ("model", Left),
-        ("compute per step, ms", Right),
+        ("compute per step", Right),
         (
             "workers: waiting share, speed-up over the fewest (95 % CI)",
             Left,
@@ -132,7 +135,7 @@ pub(super) fn profiles(raw: &Raw, a: &Analysis) -> String {
     for prof in &a.profiles {
         let _ = writeln!(
             md,
-            "**`{}`** — [`{}`]({}) ({} KiB), profiled window {} ms\n",
+            "**`{}`** — [`{}`]({}) ({} KiB), profiled window {}\n",
             prof.condition,
             prof.file,
             prof.file,
@@ -143,8 +146,8 @@ pub(super) fn profiles(raw: &Raw, a: &Analysis) -> String {
             ("track", Left),
             ("span", Left),
             ("count", Right),
-            ("total, ms", Right),
-            ("mean, ms", Right),
+            ("total", Right),
+            ("mean", Right),
             ("share of window", Right),
         ]);
         // The per-image stage spans are in the stage table above.
@@ -259,7 +262,7 @@ fn stages(a: &Analysis) -> String {
                     .iter()
                     .find(|s| s.stage == name)
                     .map_or("–".into(), |s| {
-                        format!("{} ({})", ms(s.us_per_image), pct(s.share))
+                        format!("{} ({})", sig(s.us_per_image), pct(s.share))
                     }),
             );
         }

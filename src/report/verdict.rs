@@ -1,141 +1,176 @@
-//! The plain-words answer: the judgements analysis made, rendered with their figures.
+//! The answer as a person scans it: per group of the matrix one table (each condition's
+//! throughput, its speed-up over the group's baseline with its CI and whether the difference
+//! matters, its input-bound class by the share that classifies, the most any loader change
+//! could give it and the loader's verdict), then at most one short bullet per finding. What
+//! the classes, the effects and the emulated device mean is in "How to read this" at the end.
 
 use std::fmt::Write as _;
 
-use crate::analysis::{Analysis, ClassifiedBy, ConditionSummary, InputBound, LoaderVerdict};
+use super::table::{Align, Table};
+use crate::analysis::{
+    Analysis, ClassifiedBy, ConditionSummary, Group, InputBound, LoaderVerdict, ScaleGroup,
+};
 use crate::format::{ms, pct, rate, ratio};
 use crate::results::RunMeta;
 
-/// One sentence per condition: its speed-up against the baseline, or no difference beyond
-/// noise.
-fn speedups(out: &mut String, a: &Analysis, base: &ConditionSummary) {
-    for c in a.conditions.iter().filter(|c| c.condition != a.baseline) {
-        let Some(s) = &c.speedup else { continue };
-        let r = &s.ratio;
-        if s.beyond_noise {
-            let (word, factor) = if r.point >= 1.0 {
-                ("faster", r.point)
-            } else {
-                ("slower", 1.0 / r.point)
-            };
-            let _ = write!(
-                out,
-                "With {} the model trained {} {word} than with {} ({} vs {} img/s; 95 % CI of the ratio {}–{}, {} vs {} runs). ",
-                c.condition,
-                ratio(factor),
-                base.condition,
-                rate(c.img_per_s.point),
-                rate(base.img_per_s.point),
-                ratio(r.low),
-                ratio(r.high),
-                c.runs,
-                base.runs
-            );
-        } else {
-            let _ = write!(
-                out,
-                "{} against {}: no difference beyond noise ({}; the 95 % CI {}–{} includes 1). ",
-                c.condition,
-                base.condition,
-                ratio(r.point),
-                ratio(r.low),
-                ratio(r.high)
-            );
-        }
+use Align::{Left, Right};
+
+/// "1.50× (1.41×–1.62×)", or "baseline".
+pub fn speedup_cell(c: &ConditionSummary) -> String {
+    match &c.speedup {
+        Some(s) => format!(
+            "{} ({}–{})",
+            ratio(s.ratio.point),
+            ratio(s.ratio.low),
+            ratio(s.ratio.high)
+        ),
+        None => "baseline".into(),
     }
 }
 
-/// Every condition's input-bound class, with the thresholds it was judged against and the
-/// share it was judged on.
-fn input_bound(out: &mut String, a: &Analysis) {
-    let Some(first) = a.conditions.first().map(|c| &c.judgement) else {
-        return;
-    };
-    let (t, by) = (first.thresholds, first.classified_by);
-    let mixed = a.conditions.iter().any(|c| c.judgement.classified_by != by);
-    let classes: Vec<String> = a
+/// "highly (32 % waiting share)".
+pub fn class_cell(c: &ConditionSummary) -> String {
+    let j = &c.judgement;
+    format!(
+        "{} ({} {})",
+        j.input_bound.word(),
+        pct(j.share),
+        j.classified_by.name()
+    )
+}
+
+fn loader_word(v: LoaderVerdict) -> &'static str {
+    match v {
+        LoaderVerdict::Bottleneck => "bottleneck",
+        LoaderVerdict::PartialBottleneck => "partial bottleneck",
+        LoaderVerdict::KeptUp => "kept up",
+    }
+}
+
+/// One group's table.
+fn group_table(a: &Analysis, g: &Group) -> String {
+    let mut t = Table::new([
+        ("condition".to_string(), Left),
+        ("img/s (median)".into(), Right),
+        (format!("speed-up vs `{}` (95 % CI)", g.baseline), Right),
+        ("difference".into(), Left),
+        ("input-bound".into(), Left),
+        ("loader".into(), Left),
+        ("any loader change at most".into(), Right),
+    ]);
+    for c in g.conditions.iter().filter_map(|n| a.summary(n)) {
+        t.row([
+            format!("`{}`", c.condition),
+            rate(c.img_per_s.point),
+            speedup_cell(c),
+            c.speedup
+                .as_ref()
+                .map_or("–".into(), |s| s.effect.words().to_string()),
+            class_cell(c),
+            loader_word(c.judgement.loader).to_string(),
+            ratio(c.speedup_bound),
+        ]);
+    }
+    t.render()
+}
+
+/// Conditions where a few batches still kept the step waiting far longer than the median one.
+fn stalls(a: &Analysis) -> Option<String> {
+    let stalled: Vec<String> = a
         .conditions
         .iter()
+        .filter(|c| c.judgement.stalls)
         .map(|c| {
-            let j = &c.judgement;
-            let of = if mixed { j.classified_by.name() } else { "" };
             format!(
-                "{} {} ({}{}{of})",
+                "`{}` (p95 {}, median {})",
                 c.condition,
-                j.input_bound.word(),
-                pct(j.share),
-                if mixed { " " } else { "" },
+                ms(c.batch_wait_p95_ms),
+                ms(c.batch_wait_p50_ms)
             )
         })
         .collect();
-    let what = if mixed {
-        "of the judged share".to_string()
-    } else {
-        by.what().to_string()
-    };
-    let _ = write!(
-        out,
-        " Input-bound (TensorFlow Profiler's classes: highly at {} or more {what}, moderately \
-         at {} or more): {}.",
-        threshold(t.highly_input_bound),
-        threshold(t.moderately_input_bound),
-        classes.join(", ")
-    );
-    if a.conditions
-        .iter()
-        .any(|c| c.judgement.classified_by == ClassifiedBy::DeviceIdle)
-    {
-        out.push_str(
-            " The device ran asynchronously (the host only enqueued each step), so the host's \
-             waiting overlapped device work: the classes, the loader verdict and the bound on \
-             any loader speed-up are judged on the device's idle share, not the waiting share.",
-        );
-    }
+    (!stalled.is_empty()).then(|| {
+        format!(
+            "Stalls: a few batches kept the step waiting far longer than the median one at {}.",
+            stalled.join(", ")
+        )
+    })
 }
 
-/// The baseline's ceiling if data were free, and what it reached of it.
-fn headroom(out: &mut String, base: &ConditionSummary) {
-    let Some(h) = &base.headroom else { return };
-    let _ = write!(
-        out,
-        " If data were free (batches already on the device, replayed), {} would train at {} img/s; \
-         it reached {} of that ceiling, and its {} bounds any loader speed-up at {}.",
-        base.condition,
-        rate(h.img_per_s),
-        pct(h.share_of_ceiling),
-        base.judgement.classified_by.name(),
-        ratio(base.speedup_bound)
-    );
-}
-
-/// This run's step beside the user's framework's (`[report] framework_step_ms`), next to the
-/// ceiling it qualifies.
-fn framework(out: &mut String, a: &Analysis) {
-    let Some(f) = &a.framework else { return };
-    if f.bound() {
-        let _ = write!(
-            out,
-            " This trainer's step took {} ms on the device against {} ms for the same step in \
-             your framework (`[report] framework_step_ms`): the trainer is framework-bound, {} \
-             slower, so the ceiling above understates your job's by about as much and every \
-             verdict here leans towards \"not input-bound\". For your job's answer run the \
-             stand-in step with its time (`model.kind = \"stand_in\"`, `model.step_ms = {}`).",
+/// This run's step beside the user's framework's (`[report] framework_step_ms`).
+fn framework(a: &Analysis) -> Option<String> {
+    let f = a.framework.as_ref()?;
+    Some(if f.bound() {
+        format!(
+            "Framework: this trainer's step took {} on the device against {} for the same step \
+             in your framework (`[report] framework_step_ms`): the trainer is framework-bound, \
+             {} slower, so the ceiling understates your job's and every verdict here leans \
+             towards \"not input-bound\". For your job's answer run the stand-in step \
+             (`model.kind = \"stand_in\"`, `model.step_ms = {}`).",
             ms(f.ours_ms),
             ms(f.framework_ms),
             ratio(f.ratio),
             f.framework_ms
-        );
+        )
     } else {
-        let _ = write!(
-            out,
-            " This trainer's step took {} ms on the device against {} ms for the same step in \
-             your framework (`[report] framework_step_ms`; {} as long): the ceiling and the \
+        format!(
+            "Framework: this trainer's step took {} on the device against {} for the same step \
+             in your framework (`[report] framework_step_ms`; {} as long): the ceiling and the \
              verdicts stand for your job's.",
             ms(f.ours_ms),
             ms(f.framework_ms),
             ratio(f.ratio)
-        );
-    }
+        )
+    })
+}
+
+/// The predicted worker count and whether the matrix bears it out.
+fn prediction(a: &Analysis) -> Option<String> {
+    let p = a.prediction.as_ref()?;
+    let asleep = p.asleep();
+    let slept_on = if p.storage_share >= asleep {
+        "waiting for storage"
+    } else {
+        "asleep (storage, disk reads)"
+    };
+    let cap = p.cap;
+    let capped = match p.capped {
+        true if asleep > 0.0 => format!(
+            ", cut to {cap} ({}, stretched by the {} of the loader's time {slept_on})",
+            p.cap_rule.describe(),
+            pct(asleep)
+        ),
+        true => format!(", cut to {cap} ({})", p.cap_rule.describe()),
+        false => String::new(),
+    };
+    let why = if p.workers == 0 && p.queued {
+        format!(
+            "; building on the training thread takes {} of the step, and the emulated \
+             device's queue hides a build shorter than the step",
+            pct(p.workers_exact)
+        )
+    } else if p.workers == 0 {
+        format!(
+            "; building on the training thread costs about {} of the step",
+            pct(p.workers_exact / (1.0 + p.workers_exact))
+        )
+    } else {
+        String::new()
+    };
+    let outcome = match p.confirmed {
+        Some(true) => " The matrix bears it out.",
+        Some(false) => " The matrix does not bear it out.",
+        None => "",
+    };
+    Some(format!(
+        "Prediction: **{} worker(s)**{capped}: {} of loader work per batch (`{}`'s profiled run) \
+         over a {} step without waiting (its headroom run) = {}{why}.{outcome}",
+        p.workers,
+        ms(p.loader_ms_per_batch),
+        p.from,
+        ms(p.step_ms),
+        crate::format::sig(p.workers_exact),
+    ))
 }
 
 /// "waits 12 % of step time (highly input-bound)" for a measured neighbour.
@@ -154,124 +189,42 @@ fn waits(share: f64, class: InputBound, by: ClassifiedBy) -> String {
     }
 }
 
-/// What a stand-in run's emulated device assumes, as the verdict states it.
-pub const STAND_IN_ASSUMES: &str = " The step is a stand-in of declared device time, on an \
-emulated device: the host copies each batch into device memory (h2d), enqueues the step and goes \
-on; a device thread reads every byte of the batch, then sleeps until the step's time has passed \
-(holding no core, so the loader's workers have every core), starting each step when it was \
-enqueued or when the previous one ended; the host waits only when two steps already wait behind \
-the running one and at the end of the window — as a CUDA host does with one kernel per step. \
-What it does not model: the copy's PCIe time, and the real step's own host work (its Python and \
-kernel launches), which would compete with the workers for the cores.";
-
 /// Which share `condition` was judged on.
 fn judged_by(a: &Analysis, condition: &str) -> ClassifiedBy {
-    a.conditions
-        .iter()
-        .find(|c| c.condition == condition)
+    a.summary(condition)
         .map_or(ClassifiedBy::Waiting, |c| c.judgement.classified_by)
 }
 
-/// The predicted worker count and what the matrix says of it.
-fn prediction(out: &mut String, a: &Analysis) {
-    let Some(p) = &a.prediction else { return };
-    let cores = p.cap_rule.describe();
-    let asleep = p.asleep();
-    let slept_on = if p.storage_share >= asleep {
-        "waiting for storage"
-    } else {
-        "off the CPU (asleep: storage, disk reads)"
-    };
-    let cap = p.cap;
-    let capped = match p.capped {
-        true if asleep > 0.0 => format!(
-            " (cut to {cap}: {cores}, stretched by the {} of the loader's time spent {slept_on})",
-            pct(asleep)
-        ),
-        true => format!(" (cut to {cap}: {cores})"),
-        false => String::new(),
-    };
-    let waits_for_storage = if asleep > 0.0 {
-        format!(
-            " The loader spent {} of its time {slept_on}: workers beyond the cores pay, so the \
-             prediction and `tune` allow {} worker(s) per core the loader may use.",
-            pct(asleep),
-            crate::format::sig(p.cap_rule.per_core())
-        )
-    } else {
-        String::new()
-    };
-    let _ = write!(
-        out,
-        " Prediction: {} ms of loader work per batch (one thread, from {}'s profiled run) over a \
-         {} ms step without waiting (its headroom run) calls for {} workers, so {}{capped}.\
-         {waits_for_storage}",
-        ms(p.loader_ms_per_batch),
-        p.from,
-        ms(p.step_ms),
-        ms(p.workers_exact),
-        p.workers
-    );
-    if p.workers == 0 && p.queued {
-        let _ = write!(
-            out,
-            " (Loading on the training thread takes {} of the step, and the emulated device's \
-             queue runs the step while the next batch is built: it idles only for a build \
-             longer than the step.)",
-            pct(p.workers_exact)
-        );
-    } else if p.workers == 0 {
-        let _ = write!(
-            out,
-            " (Loading on the training thread costs about {} of the step, under the moderately \
-             input-bound threshold.)",
-            pct(p.workers_exact / (1.0 + p.workers_exact))
-        );
-    }
-    if p.measured.len() > 1 {
-        let seen: Vec<String> = p
-            .measured
-            .iter()
-            .map(|m| {
-                let by = judged_by(a, &m.condition);
-                format!("{} {}", m.condition, waits(m.wait_share, m.input_bound, by))
-            })
-            .collect();
-        let outcome = match p.confirmed {
-            Some(true) => "; the prediction holds",
-            Some(false) => "; the measurements do not bear the prediction out",
-            None => "",
-        };
-        let _ = write!(out, " Measured: {}{outcome}.", seen.join(", "));
-    }
+/// A scale group's fastest extra worker count: "`w=2` is 1.50× (1.41×–1.62×)".
+fn best_of(g: &ScaleGroup) -> String {
+    g.points
+        .iter()
+        .filter_map(|p| p.speedup.as_ref().map(|r| (p, r)))
+        .max_by(|x, y| x.1.point.total_cmp(&y.1.point))
+        .map(|(p, r)| {
+            format!(
+                "`{}` is {} ({}–{})",
+                p.condition,
+                ratio(r.point),
+                ratio(r.low),
+                ratio(r.high)
+            )
+        })
+        .unwrap_or_default()
 }
 
-/// Where extra workers stopped paying as the model's compute grew.
-fn model_scale(out: &mut String, a: &Analysis) {
-    let Some(m) = &a.model_scale else { return };
-    let best = |g: &crate::analysis::ScaleGroup| {
-        g.points
-            .iter()
-            .filter_map(|p| p.speedup.as_ref().map(|r| (p, r)))
-            .max_by(|x, y| x.1.point.total_cmp(&y.1.point))
-            .map(|(p, r)| {
-                format!(
-                    "{} is {} ({}–{})",
-                    p.condition,
-                    ratio(r.point),
-                    ratio(r.low),
-                    ratio(r.high)
-                )
-            })
-            .unwrap_or_default()
+/// Where the step's compute hid the loader, and where extra workers stopped paying, as the
+/// model's compute grew: two findings.
+fn model_scale(a: &Analysis) -> Vec<String> {
+    let Some(m) = &a.model_scale else {
+        return Vec::new();
     };
+    let mut out = Vec::new();
     if let Some(k) = m.hidden_from {
         let g = &m.groups[k];
         let first = &g.points[0];
-        let _ = write!(
-            out,
-            " Model compute against workers: from {} ({} ms of compute per step) the step's \
-             compute hides the loader: with {} worker(s) it {}, and {}.",
+        out.push(format!(
+            "Compute hides the loader from {} ({} of compute per step): with {} worker(s) it {}.",
             g.label,
             ms(g.compute_ms),
             first.workers,
@@ -280,60 +233,73 @@ fn model_scale(out: &mut String, a: &Analysis) {
                 g.input_bound,
                 judged_by(a, &first.condition)
             ),
-            best(g)
-        );
+        ));
     }
-    match m.stops_paying_from {
+    let matters = pct(a.min_effect);
+    out.push(match m.stops_paying_from {
         Some(k) => {
             let g = &m.groups[k];
-            let _ = write!(
-                out,
-                " Extra workers paid beyond noise up to the model setting before {}, not from \
-                 it on ({} ms of compute per step: {}).",
+            format!(
+                "Extra workers paid (faster by more than {matters}) up to the model setting \
+                 before {}, not from it on ({} of compute per step: {}).",
                 g.label,
                 ms(g.compute_ms),
-                best(g)
-            );
+                best_of(g)
+            )
         }
         None if m.groups.iter().all(|g| g.workers_pay) => {
-            let _ = write!(
-                out,
-                " Extra workers paid beyond noise at every model size measured (up to {}, {} ms \
-                 of compute per step: {}).",
-                m.groups.last().map_or("", |g| g.label.as_str()),
-                ms(m.groups.last().map_or(f64::NAN, |g| g.compute_ms)),
-                m.groups.last().map(best).unwrap_or_default()
-            );
+            let last = m.groups.last();
+            format!(
+                "Extra workers paid (faster by more than {matters}) at every model size measured \
+                 (up to {}, {} of compute per step: {}).",
+                last.map_or("", |g| g.label.as_str()),
+                ms(last.map_or(f64::NAN, |g| g.compute_ms)),
+                last.map(best_of).unwrap_or_default()
+            )
         }
-        None => {
-            let widest = m
-                .groups
-                .iter()
-                .filter_map(|g| {
-                    g.points
-                        .get(1)
-                        .and_then(|p| p.speedup.as_ref())
-                        .map(|r| (g, r))
-                })
-                .map(|(g, r)| {
-                    format!(
-                        "{} {} ({}–{})",
-                        g.label,
-                        ratio(r.point),
-                        ratio(r.low),
-                        ratio(r.high)
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
-            let _ = write!(
-                out,
-                " No speed-up from extra workers was beyond noise at any model size ({widest}); \
-                 more rounds narrow these intervals."
-            );
-        }
-    }
+        None => format!(
+            "Extra workers paid (faster by more than {matters}) at no model size measured; the \
+             Model compute section lists each speed-up with its CI."
+        ),
+    });
+    out
 }
+
+/// The Verdict section's body: a table per group (with its label and baseline where the
+/// matrix has several), then one bullet per finding.
+pub fn verdict(a: &Analysis, _meta: &RunMeta) -> String {
+    if a.conditions.is_empty() {
+        return "No completed timed run: nothing to compare.".into();
+    }
+    let groups = a.comparison_groups();
+    let mut out = String::new();
+    for g in &groups {
+        if groups.len() > 1 {
+            let _ = writeln!(out, "**{}** (baseline `{}`)\n", g.label, g.baseline);
+        }
+        out.push_str(&group_table(a, g));
+        out.push('\n');
+    }
+    let bullets: Vec<String> = [stalls(a), framework(a), prediction(a)]
+        .into_iter()
+        .flatten()
+        .chain(model_scale(a))
+        .collect();
+    for b in bullets {
+        let _ = writeln!(out, "- {b}");
+    }
+    out.trim_end().to_string()
+}
+
+/// What a stand-in run's emulated device assumes.
+pub const STAND_IN_ASSUMES: &str = "The step is a stand-in of declared device time, on an \
+emulated device: the host copies each batch into device memory (h2d), enqueues the step and goes \
+on; a device thread reads every byte of the batch, then sleeps until the step's time has passed \
+(holding no core, so the loader's workers have every core), starting each step when it was \
+enqueued or when the previous one ended; the host waits only when two steps already wait behind \
+the running one and at the end of the window — as a CUDA host does with one kernel per step. \
+What it does not model: the copy's PCIe time, and the real step's own host work (its Python and \
+kernel launches), which would compete with the workers for the cores.";
 
 /// A threshold as the setting reads: 0.5 → "50 %" (a set value, not a measured figure).
 fn threshold(share: f64) -> String {
@@ -341,17 +307,43 @@ fn threshold(share: f64) -> String {
     format!("{} %", (share * 1e8).round() / 1e6)
 }
 
-/// Each condition's share of the timed window with the device idle.
-fn idle_shares(out: &mut String, a: &Analysis, meta: &RunMeta) {
-    let idle: Vec<String> = a
-        .conditions
-        .iter()
-        .filter(|c| c.device_idle_median.is_finite())
-        .map(|c| format!("{} at {}", pct(c.device_idle_median), c.condition))
-        .collect();
-    if idle.is_empty() {
-        return;
-    }
+/// "How to read this": the rules behind the Verdict's words, one paragraph each.
+pub fn how_to_read(a: &Analysis, meta: &RunMeta) -> String {
+    let Some(first) = a.conditions.first() else {
+        return String::new();
+    };
+    let t = &first.judgement.thresholds;
+    let mut parts = vec![
+        format!(
+            "**Groups.** Conditions that share every setting but the loader's own (workers, \
+             prefetch, pinned memory, persistent workers, read-ahead, engine) are compared \
+             within their group, against the group's baseline: the condition with the \
+             `[report] baseline` condition's loader settings, else the group's first{}.",
+            if a.comparison_groups().len() > 1 {
+                ""
+            } else {
+                " (this matrix is one group)"
+            }
+        ),
+        format!(
+            "**Differences.** A speed-up is the ratio of median img/s over the rounds, with a \
+             95 % bootstrap CI. It is *faster* or *slower* when its CI excludes 1 and does not \
+             lie within ±{} of 1 (`[report] min_effect`); *no practical difference* when its \
+             whole CI lies within that band, even if it excludes 1; *no difference beyond \
+             noise* when its CI includes 1 and reaches past the band (more rounds narrow it).",
+            pct(a.min_effect)
+        ),
+        format!(
+            "**Input-bound** (TensorFlow Profiler's classes): *highly* at {} or more of the \
+             share that classifies, *moderately* at {} or more. The loader is the *bottleneck* \
+             at {} or more, a *partial bottleneck* from {}, and *kept up* below. \"Any loader \
+             change at most\" is 1 / (1 − that share): the speed-up if every wait vanished.",
+            threshold(t.highly_input_bound),
+            threshold(t.moderately_input_bound),
+            threshold(t.bottleneck_wait_share),
+            threshold(t.partial_wait_share),
+        ),
+    ];
     let device = if meta.all_on_cpu() {
         "training step"
     } else if meta.any_stand_in() {
@@ -359,92 +351,33 @@ fn idle_shares(out: &mut String, a: &Analysis, meta: &RunMeta) {
     } else {
         "GPU"
     };
-    let clock = a.conditions.first().map_or("", |c| c.device_clock.as_str());
-    let _ = write!(
-        out,
-        " Share of the timed window in which the {device} sat idle: {} (median over runs; busy time from {clock}).",
-        idle.join(", ")
-    );
-}
-
-pub fn verdict(a: &Analysis, meta: &RunMeta) -> String {
-    let on_cpu = meta.all_on_cpu();
-    let mut out = String::new();
-    let Some(base) = a.conditions.iter().find(|c| c.condition == a.baseline) else {
-        return "No completed timed run: nothing to compare.".into();
-    };
-    speedups(&mut out, a, base);
-    let t = &base.judgement.thresholds;
-    let judged = match base.judgement.classified_by {
-        ClassifiedBy::Waiting => String::new(),
-        ClassifiedBy::DeviceIdle => format!(
-            "; the device sat idle {} of the timed window",
-            pct(base.judgement.share)
-        ),
-    };
-    let waiting = match base.judgement.classified_by {
-        ClassifiedBy::Waiting => "waiting",
-        ClassifiedBy::DeviceIdle => "device idle",
-    };
-    let _ = write!(
-        out,
-        "At {} the training thread waited a median {} ms of a median {} ms step for data ({} of all step time{judged}): {}.",
-        base.condition,
-        ms(base.batch_wait_p50_ms),
-        ms(base.step_median_ms),
-        pct(base.wait_share),
-        match base.judgement.loader {
-            LoaderVerdict::Bottleneck => format!(
-                "the loader was the bottleneck (at least {} {waiting})",
-                threshold(t.bottleneck_wait_share)
-            ),
-            LoaderVerdict::PartialBottleneck => format!(
-                "the loader was a partial bottleneck ({} to {} {waiting})",
-                threshold(t.partial_wait_share),
-                threshold(t.bottleneck_wait_share)
-            ),
-            LoaderVerdict::KeptUp => format!(
-                "the loader kept up (under {} {waiting})",
-                threshold(t.partial_wait_share)
-            ),
-        }
-    );
-    if let Some(best) = a
-        .conditions
+    parts.push(format!(
+        "**Device idle** is the share of the timed window in which the {device} did no step \
+         work (median over runs; busy time from {}).",
+        first.device_clock
+    ));
+    if a.conditions
         .iter()
-        .filter(|c| c.condition != base.condition)
-        .min_by(|x, y| x.judgement.share.total_cmp(&y.judgement.share))
+        .any(|c| c.judgement.classified_by == ClassifiedBy::DeviceIdle)
     {
-        let stalls = if best.judgement.stalls {
-            format!(
-                "; its 95th percentile, {} ms, shows stalls remain",
-                ms(best.batch_wait_p95_ms)
-            )
-        } else {
-            String::new()
-        };
-        let _ = write!(
-            out,
-            " With {} the wait was {} ms per step at the median ({} of step time{stalls}).",
-            best.condition,
-            ms(best.batch_wait_p50_ms),
-            pct(best.wait_share),
+        parts.push(
+            "**The share that classifies.** The device ran asynchronously (the host only \
+             enqueued each step), so the host's waiting overlapped device work: classes, the \
+             loader's verdict and the bound are judged on the device's idle share of the timed \
+             window, not the waiting share."
+                .into(),
         );
     }
-    input_bound(&mut out, a);
-    headroom(&mut out, base);
-    framework(&mut out, a);
-    prediction(&mut out, a);
-    model_scale(&mut out, a);
-    idle_shares(&mut out, a, meta);
     if meta.any_stand_in() {
-        out.push_str(STAND_IN_ASSUMES);
+        parts.push(format!("**The stand-in step.** {STAND_IN_ASSUMES}"));
     }
-    if on_cpu {
-        out.push_str(
-            " Training ran on the CPU, so \"waiting for data\" here means the training thread sat idle \
-             in the loader; loader workers also compete with training for the same cores.",
+    if meta.all_on_cpu() {
+        parts.push(
+            "**On the CPU.** Training ran on the CPU, so \"waiting for data\" means the training \
+             thread sat idle in the loader; the loader's workers also compete with training \
+             for the same cores."
+                .into(),
         );
     }
-    out
+    format!("## How to read this\n\n{}\n\n", parts.join("\n\n"))
 }

@@ -96,8 +96,8 @@ fn markdown(d: &Diagnosis) -> String {
     );
     out.push_str(
         "## Per rank\n\n| rank | steps | wait span | waiting share (95 % CI) | device idle (95 % CI) | \
-         class | bound | step p50 / p95 / max, ms | wait p50 / p95 / max, ms | step without \
-         waiting, ms | device busy per step, ms | batch |\n|---|---:|---|---:|---:|---|---:|---:|\
+         class | bound | step p50 / p95 / max | wait p50 / p95 / max | step without \
+         waiting | device busy per step | batch |\n|---|---:|---|---:|---:|---|---:|---:|\
          ---:|---:|---:|---:|\n",
     );
     for r in &d.ranks {
@@ -132,7 +132,7 @@ fn markdown(d: &Diagnosis) -> String {
         "\n![Every step's time and wait]({CHART})\n\n*Every profiled step: its time (solid) and \
          its wait for data (dashed), per rank.*\n\n## Next: replay this step against your \
          pipeline\n\n`loaderlab diagnose TRACE --emit stand_in.toml` writes an experiment whose \
-         step is a stand-in of {} ms (the median device busy time per step on a GPU trace, else \
+         step is a stand-in of {} (the median device busy time per step on a GPU trace, else \
          the step without waiting). Put your transforms and dataset in it and run it: the \
          report predicts the workers your pipeline needs for this step, and `loaderlab tune` \
          finds them.\n",

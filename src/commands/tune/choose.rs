@@ -13,19 +13,15 @@ pub(super) fn best(settings: &[TrialSetting]) -> Option<&TrialSetting> {
         .max_by(|a, b| a.img_per_s.total_cmp(&b.img_per_s))
 }
 
-/// A setting at most this much slower than the best counts as the best: a difference no worker
-/// is worth, and far below this machine's drift. (Two worker counts holding a stand-in step at
-/// its ceiling measured 12,794.2 and 12,794.7 img/s in one CI run, and the ratio's interval,
-/// 0.99996, excluded 1.)
-pub const EQUIVALENT: f64 = 0.01;
-
-/// The cheapest setting within noise of the best (its ratio's CI reaches 1 − [`EQUIVALENT`]),
-/// and why.
-pub fn choose(settings: &[TrialSetting], knob: Knob) -> (Option<u64>, String) {
+/// The cheapest setting within noise of the best (its ratio's CI reaches 1 − `min_effect`,
+/// `[report] min_effect`: a difference no worker is worth; two worker counts holding a
+/// stand-in step at its ceiling once measured 12,794.2 and 12,794.7 img/s, and the ratio's
+/// interval, 0.99996, excluded 1), and why.
+pub fn choose(settings: &[TrialSetting], knob: Knob, min_effect: f64) -> (Option<u64>, String) {
     let Some(best) = best(settings) else {
         return (None, "no setting was measured".into());
     };
-    // Within noise: the CI of the paired ratio reaches within 1 % of 1 — and the setting is not input-bound
+    // Within noise: the CI of the paired ratio reaches within min_effect of 1 — and the setting is not input-bound
     // where the best is not (its waiting share, measured on every step, is direct evidence
     // that the loader holds it back even when a few rounds' throughput cannot tell).
     let within: Vec<&TrialSetting> = settings
@@ -33,7 +29,7 @@ pub fn choose(settings: &[TrialSetting], knob: Knob) -> (Option<u64>, String) {
         .filter(|s| {
             s.value == best.value
                 || (s.ratio_low <= 1.0
-                    && 1.0 - EQUIVALENT <= s.ratio_high
+                    && 1.0 - min_effect <= s.ratio_high
                     && s.input_bound.severity() <= best.input_bound.severity())
         })
         .collect();
@@ -45,10 +41,11 @@ pub fn choose(settings: &[TrialSetting], knob: Knob) -> (Option<u64>, String) {
     let reason = if cheapest.value == best.value {
         format!(
             "{} = {} had the highest throughput ({} img/s), and every cheaper setting was \
-             slower beyond noise and by more than 1 %.",
+             slower beyond noise and by more than {} (`[report] min_effect`).",
             knob.key(),
             best.value,
-            format::rate(best.img_per_s)
+            format::rate(best.img_per_s),
+            format::pct(min_effect)
         )
     } else {
         format!(
@@ -97,22 +94,23 @@ pub(super) mod tests {
             setting(2, 98.0, 0.93, 1.03),
             setting(3, 100.0, 1.0, 1.0),
         ];
-        assert_eq!(choose(&s, Knob::Workers).0, Some(2));
+        assert_eq!(choose(&s, Knob::Workers, 0.02).0, Some(2));
         let s = [setting(1, 60.0, 0.5, 0.7), setting(2, 100.0, 1.0, 1.0)];
-        assert_eq!(choose(&s, Knob::Workers).0, Some(2));
+        assert_eq!(choose(&s, Knob::Workers, 0.02).0, Some(2));
         // A wide CI does not make an input-bound setting equivalent to one that is not.
         let mut waiting = setting(0, 60.0, 0.55, 1.08);
         waiting.input_bound = InputBound::Highly;
         let s = [waiting, setting(1, 100.0, 1.0, 1.0)];
-        assert_eq!(choose(&s, Knob::Workers).0, Some(1));
+        assert_eq!(choose(&s, Knob::Workers, 0.02).0, Some(1));
         // A hair slower with a CI that excludes 1 (a device-bound step): the same, so cheaper
-        // wins; 2 % slower beyond noise does not.
+        // wins; 2.5 % slower beyond noise does not, unless min_effect allows 3 %.
         let s = [
             setting(2, 99.996, 0.99995, 0.99997),
             setting(3, 100.0, 1.0, 1.0),
         ];
-        assert_eq!(choose(&s, Knob::Workers).0, Some(2));
-        let s = [setting(2, 98.0, 0.975, 0.985), setting(3, 100.0, 1.0, 1.0)];
-        assert_eq!(choose(&s, Knob::Workers).0, Some(3));
+        assert_eq!(choose(&s, Knob::Workers, 0.02).0, Some(2));
+        let s = [setting(2, 97.5, 0.97, 0.978), setting(3, 100.0, 1.0, 1.0)];
+        assert_eq!(choose(&s, Knob::Workers, 0.02).0, Some(3));
+        assert_eq!(choose(&s, Knob::Workers, 0.03).0, Some(2));
     }
 }

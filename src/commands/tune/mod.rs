@@ -132,6 +132,7 @@ pub fn tune(
         budget_s: opts.budget_s,
         max_workers: opts.max_workers,
         cores: CoreBudget::here(),
+        min_effect: trials.exp.report.min_effect,
     };
     let Outcome { mut search, last } = search::search(
         &mut trials,

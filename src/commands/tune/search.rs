@@ -76,6 +76,8 @@ pub struct Limits {
     pub max_workers: Option<u64>,
     /// The machine's cores.
     pub cores: CoreBudget,
+    /// `[report] min_effect`: a setting this close to the best is as good as the best.
+    pub min_effect: f64,
 }
 
 /// The search's record and the last trial measured (whose folder becomes the result).
@@ -134,11 +136,11 @@ impl Climb<'_> {
                     Some(p) => {
                         center = p.workers.min(hi);
                         format!(
-                            "Started from the prediction: {} ms of loader work per batch ÷ a {} \
-                             ms step without waiting ≈ {} workers → {center}.",
+                            "Started from the prediction: {} of loader work per batch ÷ a {} \
+                             step without waiting ≈ {} workers → {center}.",
                             format::ms(p.loader_ms_per_batch),
                             format::ms(p.step_ms),
-                            format::ms(p.workers_exact)
+                            format::sig(p.workers_exact)
                         )
                     }
                     None => {
@@ -228,7 +230,7 @@ pub fn search(
 
     let mut search = c.search;
     if let Some(m) = &c.last {
-        let (chosen, reason) = choose(&m.settings, knob);
+        let (chosen, reason) = choose(&m.settings, knob, limits.min_effect);
         if search.interrupted {
             search
                 .reason
@@ -431,6 +433,7 @@ mod tests {
             budget_s,
             max_workers,
             cores: CoreBudget { cores: 2 },
+            min_effect: 0.02,
         }
     }
 
