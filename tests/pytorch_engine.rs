@@ -527,3 +527,258 @@ fn ctrl_c_stops_the_child_and_keeps_the_rows() {
     assert!(runs.lines().count() >= 2, "{runs}");
     assert!(!out.exists(), "no finished folder");
 }
+
+/// The user's own Dataset (`[pytorch] dataset`): `sleep_ms` of waiting per image (storage, a
+/// remote read), 1×8×8 tensors, 4,096 of them; a `worker_init_fn` that marks each worker.
+const USERS_DATASET: &str = r#"
+import os, time, torch
+from torch.utils.data import Dataset
+
+SLEEP_S = float(os.environ.get("PLANTED_SLEEP_MS", "0")) / 1e3
+
+
+class Mine(Dataset):
+    def __init__(self):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.rand((4096, 1, 8, 8), generator=g)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        if SLEEP_S:
+            time.sleep(SLEEP_S)
+        return self.x[i], i % 10
+
+
+def make_dataset():
+    return Mine()
+
+
+def not_pairs():
+    return [torch.zeros(3)] * 8
+
+
+def init_worker(worker_id):
+    os.environ["MARKED"] = str(worker_id)
+"#;
+
+/// An experiment on the user's Dataset in `dir` (written there) against a stand-in step.
+fn users_experiment(dir: &Path, python: &Path, function: &str, rest: &str) -> PathBuf {
+    std::fs::write(dir.join("my_data.py"), USERS_DATASET).unwrap();
+    let file = dir.join("mine.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"
+[experiment]
+name = "mine"
+seed = 3
+
+[loader]
+batch_size = 32
+engine = "pytorch"
+
+[model]
+kind = "stand_in"
+step_ms = 2
+
+[pytorch]
+python = "{}"
+dataset = "my_data.py:{function}"
+worker_init_fn = "my_data.py:init_worker"
+
+{rest}
+"#,
+            python.display()
+        ),
+    )
+    .unwrap();
+    file
+}
+
+/// The user's Dataset runs in the DataLoader in place of the declared pipeline (whose
+/// FashionMNIST is never opened nor downloaded): the same protocol, results and report, which
+/// says the pipeline is the user's code; a missing file, a missing function and items that
+/// are not (image tensor, label) each give one message naming `file:function`.
+#[test]
+fn the_users_own_dataset_runs_in_the_dataloader() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let file = users_experiment(
+        dir.path(),
+        &python,
+        "make_dataset",
+        "[protocol]\nwarmup_steps = 2\ntimed_steps = 6\nrounds = 1\nprofile_steps = 3\n\
+         headroom_steps = 4\n\n[matrix]\n\"loader.workers\" = [0, 2]\n",
+    );
+    let out = dir.path().join("out");
+    // Run from `dir`: the declared dataset's default root, `data`, would be opened there.
+    let output = loaderlab()
+        .current_dir(dir.path())
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        !dir.path().join("data").exists(),
+        "the declared dataset was opened"
+    );
+    let steps = std::fs::read_to_string(out.join("steps.csv")).unwrap();
+    assert_eq!(steps.lines().count(), 1 + 2 * 6, "{steps}");
+    let r = json(&out.join("result.json"));
+    for c in r["run"]["conditions"].as_array().unwrap() {
+        let dataset = c["dataset"].as_str().unwrap();
+        assert!(
+            dataset.starts_with("your own Dataset, my_data.py:make_dataset"),
+            "{dataset}"
+        );
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("your own Dataset, my_data.py:make_dataset (your code"));
+    let verify = loaderlab().arg("verify").arg(&out).output().unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+
+    // Bad references: a missing file (exit 2 before any run), a missing function and items
+    // that are not pairs (exit 1 naming the reference).
+    let quick = "[protocol]\nwarmup_steps = 1\ntimed_steps = 2\nrounds = 1\nprofile = false\n\
+                 headroom = false\n";
+    let run = |function: &str, edit: &dyn Fn(&str) -> String| {
+        let file = users_experiment(dir.path(), &python, function, quick);
+        let text = edit(&std::fs::read_to_string(&file).unwrap());
+        std::fs::write(&file, text).unwrap();
+        let output = loaderlab()
+            .arg(&file)
+            .arg("--out")
+            .arg(dir.path().join("bad"))
+            .arg("--quiet")
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
+    };
+    let (code, stderr) = run("make_dataset", &|t| {
+        t.replace("my_data.py:make", "nope.py:make")
+    });
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("pytorch.dataset") && stderr.contains("nope.py"),
+        "{stderr}"
+    );
+    let (code, stderr) = run("no_such_function", &|t| t.to_string());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("my_data.py:no_such_function") && stderr.contains("AttributeError"),
+        "{stderr}"
+    );
+    let (code, stderr) = run("not_pairs", &|t| t.to_string());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("items must be (image tensor, label)"),
+        "{stderr}"
+    );
+    // A network needs the declared images: refused, naming the key.
+    let (code, stderr) = run("make_dataset", &|t| {
+        t.replace("kind = \"stand_in\"\nstep_ms = 2", "kind = \"small_cnn\"")
+    });
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("model.kind"), "{stderr}");
+}
+
+/// A user Dataset that waits a planted 2 ms per image (64 ms per batch of 32) against a 20 ms
+/// step: the worker count where a 0–4 sweep stops gaining (the knee) is what the prediction
+/// calls for, within one, and what `tune` chooses.
+#[test]
+#[ignore = "validation run: planted timing on real clocks (.ci/run: cargo test -- --ignored)"]
+fn the_prediction_for_a_planted_users_dataset_meets_the_knee_and_tune_chooses_it() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let file = users_experiment(
+        dir.path(),
+        &python,
+        "make_dataset",
+        "[protocol]\nwarmup_steps = 3\ntimed_steps = 20\nrounds = 2\nprofile_steps = 4\n\
+         headroom_steps = 10\n\n[matrix]\n\"loader.workers\" = [0, 1, 2, 3, 4]\n",
+    );
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("step_ms = 2", "step_ms = 20");
+    std::fs::write(&file, text).unwrap();
+    let out = dir.path().join("sweep");
+    let output = loaderlab()
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quiet")
+        .env("PLANTED_SLEEP_MS", "2")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let r = json(&out.join("result.json"));
+    let ips: Vec<f64> = r["analysis"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["img_per_s"]["point"].as_f64().unwrap())
+        .collect();
+    // The knee: the fewest workers within 10 % of the best.
+    let best = ips.iter().cloned().fold(0.0, f64::max);
+    let knee = ips.iter().position(|&v| v >= 0.9 * best).unwrap() as i64;
+    let p = &r["analysis"]["prediction"];
+    let predicted = p["workers"].as_i64().unwrap();
+    eprintln!("img/s by workers {ips:?}; knee {knee}; prediction {p}");
+    assert!((predicted - knee).abs() <= 1, "knee {knee}, {p}");
+
+    let output = loaderlab()
+        .arg("tune")
+        .arg(&file)
+        .args([
+            "--max-workers",
+            "5",
+            "--steps",
+            "15",
+            "--warmup",
+            "3",
+            "--rounds",
+            "2",
+            "--quiet",
+            "--out",
+        ])
+        .arg(dir.path().join("tuned"))
+        .env("PLANTED_SLEEP_MS", "2")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let chosen: i64 = stdout
+        .split("chosen: loader.workers = ")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(-1);
+    assert!(
+        (chosen - knee).abs() <= 1,
+        "knee {knee}, chose {chosen}: {stdout}"
+    );
+}

@@ -200,6 +200,7 @@ pub fn load_str(file: &Path, text: &str, overrides: &Overrides) -> Result<Experi
         }
     };
     let resolved = resolve(&mut cx, &base, &specs);
+    check_python_files(&mut cx, &resolved);
     let names: Vec<&str> = resolved.iter().map(|c| c.name.as_str()).collect();
     for (path, message) in check_experiment_wide(&base, &wide, &names) {
         let location = cx.origin(&path);
@@ -217,6 +218,31 @@ pub fn load_str(file: &Path, text: &str, overrides: &Overrides) -> Result<Experi
         report: wide.report,
         conditions: resolved,
     })
+}
+
+/// Each `[pytorch]` reference names a file that exists (relative to the experiment file), once
+/// per reference however many conditions share it.
+fn check_python_files(cx: &mut Context, conditions: &[Condition]) {
+    let mut seen = Vec::new();
+    for c in conditions {
+        for (key, reference) in c.settings.pytorch.references() {
+            let path = KeyPath::keys(["pytorch", key]);
+            let file = super::pytorch::reference_file(reference, cx.file);
+            if seen.contains(&(key, reference)) || file.is_file() || !reference.contains(".py:") {
+                continue;
+            }
+            seen.push((key, reference));
+            let location = cx.origin(&path);
+            cx.push(
+                location,
+                &path,
+                format!(
+                    "{reference:?}: no such file {} (the file is relative to the experiment file)",
+                    file.display()
+                ),
+            );
+        }
+    }
 }
 
 /// The schema the raw checks walk: the default settings as TOML, with a sample element in

@@ -22,6 +22,7 @@ pub use choice::{Choice, choices};
 pub use distributed::MAX_RANKS;
 pub use load::{Condition, ConfigError, ENV_PREFIX, Experiment, Overrides, load, load_str};
 pub use problem::{KeyPath, Location, Problem, Seg};
+pub use pytorch::reference_file;
 pub use resolved::resolved_toml;
 pub use schema::*;
 pub use validate::{check_settings, dataset_len, dataset_shape, fashion_mnist_len};

@@ -1,6 +1,8 @@
 //! `[pytorch]`: how the pytorch engine (`loader.engine = "pytorch"`) finds Python and, when the
 //! user brings one, their own Dataset, collate_fn and worker_init_fn.
 
+use std::path::{Path, PathBuf};
+
 use serde::{Deserialize, Serialize};
 
 /// `[pytorch]`.
@@ -25,4 +27,23 @@ impl PytorchSection {
     pub fn users_dataset(&self) -> bool {
         !self.dataset.is_empty()
     }
+
+    /// The `file.py:function` references that are set, by key.
+    pub fn references(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("dataset", self.dataset.as_str()),
+            ("collate_fn", self.collate_fn.as_str()),
+            ("worker_init_fn", self.worker_init_fn.as_str()),
+        ]
+        .into_iter()
+        .filter(|(_, r)| !r.is_empty())
+        .collect()
+    }
+}
+
+/// The file of a `file.py:function` reference: relative to the experiment file's folder
+/// (`experiment`), unless absolute.
+pub fn reference_file(reference: &str, experiment: &Path) -> PathBuf {
+    let file = reference.rsplit_once(':').map_or(reference, |(f, _)| f);
+    experiment.parent().unwrap_or(Path::new("")).join(file)
 }

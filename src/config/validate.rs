@@ -67,9 +67,9 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
 }
 
 /// What the pytorch engine runs in this version, each refusal naming the key and the engine:
-/// the stand-in step on the CPU (the emulated device), one rank, the dataset read as it is
-/// stored (no emulated storage), synthetic images as raw pixels; `[pytorch]` references in
-/// the `file.py:function` form.
+/// the step on the CPU (a network, or the stand-in's emulated device), one rank, the dataset
+/// read as it is stored (no emulated storage), the user's own Dataset against the stand-in;
+/// `[pytorch]` references in the `file.py:function` form.
 fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let p = &s.pytorch;
     for (name, value) in [
@@ -107,11 +107,17 @@ fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
         );
     }
     if p.users_dataset() {
-        refuse(
-            KeyPath::keys(["pytorch", "dataset"]),
-            "your own Dataset is not run yet (the declared [dataset] and [[transforms]] are)"
-                .into(),
-        );
+        // The declared [dataset] and [[transforms]] do not apply: the user's Dataset is the
+        // pipeline. A network needs the declared images' shape and classes.
+        if !s.model.is_stand_in() {
+            refuse(
+                KeyPath::keys(["model", "kind"]),
+                "your own Dataset ([pytorch] dataset) runs against the stand-in step \
+                 (model.kind = \"stand_in\", model.step_ms = your step's time): a network is \
+                 built for the declared [dataset]'s images"
+                    .into(),
+            );
+        }
         return;
     }
     if s.dataset.storage.emulated() {

@@ -19,7 +19,7 @@ pub mod setup;
 mod timed;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use progress::{Quiet, Reporter, Terminal, reporter};
@@ -264,7 +264,13 @@ impl Runs<'_> {
             let total = plan.runs.len();
             let done = if engine::pytorch::runs(setup.settings()) {
                 let index = planned.condition_index;
-                let engine = match child(&mut self.engines, index, setup, &planned.condition) {
+                let engine = match child(
+                    &mut self.engines,
+                    index,
+                    setup,
+                    &planned.condition,
+                    &self.exp.file,
+                ) {
                     Ok(engine) => engine,
                     // Ctrl-C reached the child while it started.
                     Err(_) if INTERRUPTED.load(Ordering::SeqCst) => return Ok(true),
@@ -309,7 +315,8 @@ impl Runs<'_> {
                 continue;
             }
             let record = if engine::pytorch::runs(prepared[i].settings()) {
-                child(&mut self.engines, i, &prepared[i], &c.name)?.headroom(&c.name, steps)?
+                child(&mut self.engines, i, &prepared[i], &c.name, &exp.file)?
+                    .headroom(&c.name, steps)?
             } else {
                 let trainer = self.trainers.get(i, &prepared[i])?;
                 headroom::run(&c.name, &prepared[i], trainer, steps)?
@@ -339,7 +346,13 @@ impl Runs<'_> {
             }
             let protocol = &self.exp.protocol;
             let done = if engine::pytorch::runs(self.prepared[i].settings()) {
-                let engine = child(&mut self.engines, i, &self.prepared[i], &c.name)?;
+                let engine = child(
+                    &mut self.engines,
+                    i,
+                    &self.prepared[i],
+                    &c.name,
+                    &self.exp.file,
+                )?;
                 profiled::in_pytorch(&c.name, protocol, engine, out)?
             } else {
                 let trainer = self.trainers.get(i, &self.prepared[i])?;
@@ -360,12 +373,13 @@ fn child<'e>(
     index: usize,
     setup: &Setup,
     condition: &str,
+    experiment: &Path,
 ) -> Result<&'e mut engine::pytorch::Engine, RunError> {
     Ok(match engines.entry(index) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::hash_map::Entry::Vacant(e) => {
-            e.insert(engine::pytorch::Engine::start(setup, condition)?)
-        }
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(engine::pytorch::Engine::start(
+            setup, condition, experiment,
+        )?),
     })
 }
 

@@ -234,7 +234,13 @@ impl Setup {
             compute_device: self.workload.device,
             cpu_threads: self.threads,
             workers: s.loader.workers,
-            dataset: self.data.dataset.describe(),
+            dataset: match users_dataset(s) {
+                Some(f) => format!(
+                    "your own Dataset, {f} (your code: the declared [dataset] and [[transforms]] \
+                     do not apply)"
+                ),
+                None => self.data.dataset.describe(),
+            },
             pin_memory: if !s.loader.pin_memory {
                 "off".into()
             } else if on_cpu {
@@ -251,6 +257,13 @@ impl Setup {
             headroom: None,
         }
     }
+}
+
+/// The user's own Dataset (`[pytorch] dataset`), where the pytorch engine runs it instead of
+/// the declared pipeline.
+pub fn users_dataset(s: &Settings) -> Option<&str> {
+    (s.loader.engine == crate::config::Engine::Pytorch && s.pytorch.users_dataset())
+        .then_some(s.pytorch.dataset.as_str())
 }
 
 /// The device name of stand-in runs.
@@ -309,15 +322,33 @@ impl Setups {
     }
 
     pub fn prepare(&mut self, s: &Settings, quiet: bool) -> Result<Setup, SetupError> {
-        // Opened once per dataset; each condition puts its own emulated storage in front.
+        // Opened once per dataset; each condition puts its own emulated storage in front. The
+        // user's own Dataset replaces the declared one, which is then never opened (nor
+        // downloaded): one synthetic image stands in its place.
+        let placeholder;
+        let opened = match users_dataset(s) {
+            Some(_) => {
+                placeholder = Settings {
+                    dataset: DatasetSection {
+                        kind: crate::config::DatasetKind::Synthetic,
+                        synthetic_size: 1,
+                        download: false,
+                        ..DatasetSection::default()
+                    },
+                    ..s.clone()
+                };
+                &placeholder
+            }
+            None => s,
+        };
         let local_key = DatasetSection {
             storage: Default::default(),
-            ..s.dataset.clone()
+            ..opened.dataset.clone()
         };
         let dataset = match self.datasets.iter().find(|(d, _)| *d == local_key) {
             Some((_, ds)) => Arc::clone(ds),
             None => {
-                let ds = data::open_local(s, quiet)?;
+                let ds = data::open_local(opened, quiet)?;
                 self.datasets.push((local_key, Arc::clone(&ds)));
                 ds
             }

@@ -13,9 +13,27 @@ use crate::train::QUEUE_DEPTH;
 /// The condition as the child builds it: the dataset over the same bytes as the native engine
 /// reads, the transforms as loaderlab's specs (the child maps each to its torchvision twin),
 /// the loader settings one to one, the stand-in step.
-pub(super) fn spec(setup: &Setup, data_dir: &Path) -> Result<serde_json::Value, RunError> {
+/// `experiment` is the experiment file, whose folder the `[pytorch]` references are relative to.
+pub(super) fn spec(
+    setup: &Setup,
+    data_dir: &Path,
+    experiment: &Path,
+) -> Result<serde_json::Value, RunError> {
     let s = setup.settings();
     let d = &s.dataset;
+    let absolute = |reference: &str| {
+        let file = crate::config::reference_file(reference, experiment);
+        let function = reference.rsplit_once(':').map_or("", |(_, f)| f);
+        std::path::absolute(&file)
+            .map(|f| format!("{}:{function}", f.display()))
+            .unwrap_or_else(|_| reference.to_string())
+    };
+    let user = serde_json::json!({
+        "collate_fn": (!s.pytorch.collate_fn.is_empty()).then(|| absolute(&s.pytorch.collate_fn)),
+        "worker_init_fn": (!s.pytorch.worker_init_fn.is_empty())
+            .then(|| absolute(&s.pytorch.worker_init_fn)),
+        "base": "",
+    });
     let train = d.split == crate::config::Split::Train;
     // torchvision's MNIST classes want all four files uncompressed in <root>/<name>/raw/;
     // where loaderlab holds only what it read (one split, or gzipped), the child gets the same
@@ -29,6 +47,11 @@ pub(super) fn spec(setup: &Setup, data_dir: &Path) -> Result<serde_json::Value, 
             .all(|f| raw.join(f.name).is_file())
     };
     let dataset = match d.kind {
+        _ if super::super::setup::users_dataset(s).is_some() => serde_json::json!({
+            "kind": "user",
+            "function": absolute(&s.pytorch.dataset),
+            "base": "",
+        }),
         DatasetKind::FashionMnist if idx_files(crate::data::FASHION_MNIST) => {
             serde_json::json!({"kind": "fashion_mnist", "root": d.root, "train": train})
         }
@@ -50,7 +73,12 @@ pub(super) fn spec(setup: &Setup, data_dir: &Path) -> Result<serde_json::Value, 
     Ok(serde_json::json!({
         "seed": s.experiment.seed,
         "dataset": dataset,
-        "transforms": s.transforms,
+        "user": user,
+        "transforms": if super::super::setup::users_dataset(s).is_some() {
+            serde_json::json!([])
+        } else {
+            serde_json::json!(s.transforms)
+        },
         "loader": {
             "batch_size": l.batch_size,
             "workers": l.workers,

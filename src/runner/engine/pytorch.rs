@@ -83,6 +83,10 @@ enum Reply {
         /// profiler, and their total build time (0 and 0 with workers).
         build_ns: u64,
         batches: u64,
+        /// … and the main thread's CPU time over those builds: the rest was asleep (a Dataset
+        /// that waits for storage or the network).
+        #[serde(default)]
+        build_cpu_ns: u64,
     },
     /// The child's headroom run, in the results' own record.
     Headroom(HeadroomRecord),
@@ -240,7 +244,8 @@ impl Drop for Engine {
 
 impl Engine {
     /// Start the child for `setup`'s condition and have it build the dataset.
-    pub fn start(setup: &Setup, condition: &str) -> Result<Engine, RunError> {
+    /// `experiment` is the experiment file (the `[pytorch]` references are relative to it).
+    pub fn start(setup: &Setup, condition: &str, experiment: &Path) -> Result<Engine, RunError> {
         let python = interpreter(&setup.settings().pytorch);
         let failed = |message: String| RunError::Engine {
             condition: condition.to_string(),
@@ -297,11 +302,17 @@ impl Engine {
             Reply::Ready { protocol, .. } if protocol == PROTOCOL => {}
             other => return Err(engine.unexpected(condition, "ready", other)),
         }
-        let spec = super::handover::spec(setup, &engine.data_dir)?;
+        let spec = super::handover::spec(setup, &engine.data_dir, experiment)?;
         engine.send(condition, &spec)?;
         match engine.next(condition)? {
             // Both engines read the same images: the same count, or the declared dataset is
             // not what the child found.
+            // The user's own Dataset is theirs to size.
+            Reply::Prepared { .. }
+                if super::super::setup::users_dataset(setup.settings()).is_some() =>
+            {
+                Ok(engine)
+            }
             Reply::Prepared { len } if len == setup.data.dataset.len() as u64 => Ok(engine),
             Reply::Prepared { len } => Err(RunError::Engine {
                 condition: condition.to_string(),
@@ -410,11 +421,17 @@ impl Engine {
                 startup_ms,
                 build_ns,
                 batches,
+                build_cpu_ns,
             } => Ok((
                 startup_ms,
                 (batches > 0).then(|| StageTotals {
                     batches,
                     build_ns,
+                    // The build's wall time split into time on the CPU and the rest (the
+                    // runnable-but-waiting share is not known here: 0).
+                    split_batches: if build_cpu_ns > 0 { batches } else { 0 },
+                    split_wall_ns: build_ns,
+                    split_cpu_ns: build_cpu_ns,
                     ..StageTotals::default()
                 }),
             )),
