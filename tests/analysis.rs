@@ -118,6 +118,16 @@ fn folder_of(
     std::fs::write(dir.join("config.resolved.toml"), text).unwrap();
 }
 
+/// [`EXPERIMENT`] with a 10 ms stand-in step and `matrix` for its matrix.
+fn stand_in_matrix(matrix: &str) -> String {
+    EXPERIMENT
+        .replace("\"loader.workers\" = [0, 4]", matrix)
+        .replace(
+            "[protocol]",
+            "[model]\nkind = \"stand_in\"\nstep_ms = 10\n[protocol]",
+        )
+}
+
 /// img/s by run index for (A rounds 0,1,2; B rounds 0,1,2) in plan order A,B,B,A,A,B.
 fn by_plan(a: [f64; 3], b: [f64; 3]) -> [f64; 6] {
     [a[0], b[0], b[1], a[1], a[2], b[2]]
@@ -326,15 +336,9 @@ fn a_framework_step_is_set_beside_ours() {
 /// buy, with its CI, and the fewest native workers that keep up with the DataLoader's best.
 #[test]
 fn a_two_engine_matrix_says_what_switching_would_buy() {
-    let text = EXPERIMENT
-        .replace(
-            "\"loader.workers\" = [0, 4]",
-            "\"loader.engine\" = [\"pytorch\", \"native\"]\n\"loader.workers\" = [0, 2]",
-        )
-        .replace(
-            "[protocol]",
-            "[model]\nkind = \"stand_in\"\nstep_ms = 10\n[protocol]",
-        );
+    let text = stand_in_matrix(
+        "\"loader.engine\" = [\"pytorch\", \"native\"]\n\"loader.workers\" = [0, 2]",
+    );
     let exp = load_str(Path::new("handmade.toml"), &text, &Overrides::default()).unwrap();
     let plan = plan::build(&exp);
     let dir = tempfile::tempdir().unwrap();
@@ -395,15 +399,7 @@ fn a_two_engine_matrix_says_what_switching_would_buy() {
 /// significant figures; and the folder verifies.
 #[test]
 fn a_step_by_workers_matrix_is_compared_within_each_step() {
-    let text = EXPERIMENT
-        .replace(
-            "\"loader.workers\" = [0, 4]",
-            "\"model.step_ms\" = [10, 40]\n\"loader.workers\" = [0, 1, 2]",
-        )
-        .replace(
-            "[protocol]",
-            "[model]\nkind = \"stand_in\"\nstep_ms = 10\n[protocol]",
-        )
+    let text = stand_in_matrix("\"model.step_ms\" = [10, 40]\n\"loader.workers\" = [0, 1, 2]")
         .replace(
             "charts = false",
             "charts = false\nbaseline = \"step_ms=10,workers=1\"",

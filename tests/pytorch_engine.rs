@@ -614,19 +614,9 @@ fn the_users_own_dataset_runs_in_the_dataloader() {
     );
     let out = dir.path().join("out");
     // Run from `dir`: the declared dataset's default root, `data`, would be opened there.
-    let output = loaderlab()
-        .current_dir(dir.path())
-        .arg(&file)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quiet")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    common::run_file(&file, &out, |cmd| {
+        cmd.current_dir(dir.path());
+    });
     assert!(
         !dir.path().join("data").exists(),
         "the declared dataset was opened"
@@ -718,19 +708,9 @@ fn the_prediction_for_a_planted_users_dataset_meets_the_knee_and_tune_chooses_it
         .replace("step_ms = 2", "step_ms = 20");
     std::fs::write(&file, text).unwrap();
     let out = dir.path().join("sweep");
-    let output = loaderlab()
-        .arg(&file)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quiet")
-        .env("PLANTED_SLEEP_MS", "2")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    common::run_file(&file, &out, |cmd| {
+        cmd.env("PLANTED_SLEEP_MS", "2");
+    });
     let r = json(&out.join("result.json"));
     let ips: Vec<f64> = r["analysis"]["conditions"]
         .as_array()

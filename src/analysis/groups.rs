@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::{Effect, RunSummary, Speedup, bootstrap, median};
 use crate::plan::PlanCondition;
 
 /// The loader's own settings: varying them never starts a new group.
@@ -126,6 +127,36 @@ pub fn groups(conditions: &[PlanCondition], baseline: &str) -> Vec<Group> {
             }
         })
         .collect()
+}
+
+/// The ratio of median img/s against the baseline's, its bootstrap CI over both conditions'
+/// runs, and the per-round ratios.
+pub(super) fn speedup(
+    mine: &[&RunSummary],
+    base: &[&RunSummary],
+    seed: u64,
+    min_effect: f64,
+) -> Speedup {
+    let values: Vec<f64> = mine.iter().map(|r| r.img_per_s).collect();
+    let base_values: Vec<f64> = base.iter().map(|r| r.img_per_s).collect();
+    let ratio = bootstrap(&[&values, &base_values], seed, |s| {
+        median(&s[0]) / median(&s[1])
+    });
+    let paired = mine
+        .iter()
+        .filter_map(|r| {
+            base.iter()
+                .find(|b| b.round == r.round)
+                .map(|b| (r.round, r.img_per_s / b.img_per_s))
+        })
+        .collect();
+    Speedup {
+        against: String::new(),
+        beyond_noise: !ratio.contains(1.0),
+        effect: Effect::of(&ratio, min_effect),
+        ratio,
+        paired,
+    }
 }
 
 /// The group `condition` belongs to.

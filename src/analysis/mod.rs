@@ -8,6 +8,7 @@
 mod advice;
 mod checks;
 mod engines;
+mod framework;
 mod groups;
 mod judge;
 mod profile;
@@ -23,6 +24,8 @@ pub use advice::{
     workers_wanted,
 };
 pub use engines::EngineSwitch;
+pub use framework::{FRAMEWORK_BOUND, FrameworkStep};
+use groups::speedup;
 pub use groups::{Group, LOADER_OWN, group_of, is_loader_own};
 pub use judge::{ClassifiedBy, InputBound, Judgement, LoaderVerdict, Thresholds};
 pub use profile::{BuildSplit, ProfileSummary, SpanRow, StageCost};
@@ -243,39 +246,6 @@ impl Analysis {
                 .map(|c| c.condition.clone())
                 .collect(),
         }]
-    }
-}
-
-/// This run's step on the device beside the same step in the user's framework.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct FrameworkStep {
-    /// The baseline's median device time per step, ms.
-    pub ours_ms: f64,
-    /// `[report] framework_step_ms`.
-    pub framework_ms: f64,
-    /// ours / framework: above [`FRAMEWORK_BOUND`] the trainer is framework-bound.
-    pub ratio: f64,
-}
-
-/// How much slower than the framework's our step may be and still stand for it.
-pub const FRAMEWORK_BOUND: f64 = 1.2;
-
-impl FrameworkStep {
-    /// Beside the baseline's device time, for a real network (a stand-in's step is the
-    /// user's by construction) when the framework's step is known.
-    fn of(framework_ms: f64, base: Option<&ConditionSummary>, stand_in: bool) -> Option<Self> {
-        let ours_ms = base?.device_median_ms;
-        (framework_ms > 0.0 && ours_ms.is_finite() && ours_ms > 0.0 && !stand_in).then(|| {
-            FrameworkStep {
-                ours_ms,
-                framework_ms,
-                ratio: ours_ms / framework_ms,
-            }
-        })
-    }
-
-    pub fn bound(&self) -> bool {
-        self.ratio > FRAMEWORK_BOUND
     }
 }
 
@@ -637,31 +607,6 @@ fn rank_steps(steps: &DataFrame) -> Result<Vec<ranks::RankStep>, AnalysisError> 
             device_ms: device[i],
         })
         .collect())
-}
-
-/// The ratio of median img/s against the baseline's, its bootstrap CI over both conditions'
-/// runs, and the per-round ratios.
-fn speedup(mine: &[&RunSummary], base: &[&RunSummary], seed: u64, min_effect: f64) -> Speedup {
-    let values: Vec<f64> = mine.iter().map(|r| r.img_per_s).collect();
-    let base_values: Vec<f64> = base.iter().map(|r| r.img_per_s).collect();
-    let ratio = bootstrap(&[&values, &base_values], seed, |s| {
-        median(&s[0]) / median(&s[1])
-    });
-    let paired = mine
-        .iter()
-        .filter_map(|r| {
-            base.iter()
-                .find(|b| b.round == r.round)
-                .map(|b| (r.round, r.img_per_s / b.img_per_s))
-        })
-        .collect();
-    Speedup {
-        against: String::new(),
-        beyond_noise: !ratio.contains(1.0),
-        effect: Effect::of(&ratio, min_effect),
-        ratio,
-        paired,
-    }
 }
 
 #[cfg(test)]

@@ -549,8 +549,7 @@ pub struct ReportSection {
     /// a framework-bound trainer (slower than the framework) is said next to the ceiling.
     pub framework_step_ms: f64,
     /// The smallest speed-up that matters: a ratio whose 95 % CI lies within ±min_effect of 1
-    /// is "no practical difference" (in the verdict, the headline, the crossover and `tune`'s
-    /// choice), however far its interval is from 1. `compare --fail-if` keeps its own threshold.
+    /// is "no practical difference" (verdict, headline, crossover, `tune`; not `compare`).
     pub min_effect: f64,
 }
 

@@ -266,6 +266,20 @@ pub fn users_dataset(s: &Settings) -> Option<&str> {
         .then_some(s.pytorch.dataset.as_str())
 }
 
+/// The settings a condition's dataset is opened with where the user's own Dataset replaces the
+/// declared one, which is then never opened (nor downloaded): one synthetic image in its place.
+fn placeholder(s: &Settings) -> Settings {
+    Settings {
+        dataset: DatasetSection {
+            kind: crate::config::DatasetKind::Synthetic,
+            synthetic_size: 1,
+            download: false,
+            ..DatasetSection::default()
+        },
+        ..s.clone()
+    }
+}
+
 /// The device name of stand-in runs.
 pub const EMULATED_DEVICE: &str = "emulated device (a thread that sleeps while busy)";
 
@@ -322,25 +336,9 @@ impl Setups {
     }
 
     pub fn prepare(&mut self, s: &Settings, quiet: bool) -> Result<Setup, SetupError> {
-        // Opened once per dataset; each condition puts its own emulated storage in front. The
-        // user's own Dataset replaces the declared one, which is then never opened (nor
-        // downloaded): one synthetic image stands in its place.
-        let placeholder;
-        let opened = match users_dataset(s) {
-            Some(_) => {
-                placeholder = Settings {
-                    dataset: DatasetSection {
-                        kind: crate::config::DatasetKind::Synthetic,
-                        synthetic_size: 1,
-                        download: false,
-                        ..DatasetSection::default()
-                    },
-                    ..s.clone()
-                };
-                &placeholder
-            }
-            None => s,
-        };
+        // Opened once per dataset; each condition puts its own emulated storage in front.
+        let placeholder = users_dataset(s).map(|_| placeholder(s));
+        let opened = placeholder.as_ref().unwrap_or(s);
         let local_key = DatasetSection {
             storage: Default::default(),
             ..opened.dataset.clone()

@@ -60,10 +60,20 @@ pub fn run_experiment(dir: &std::path::Path, name: &str, text: &str) -> std::pat
     let file = dir.join(format!("{name}.toml"));
     std::fs::write(&file, text).unwrap();
     let out = dir.join(name);
-    let output = loaderlab()
-        .arg(&file)
+    run_file(&file, &out, |_| {});
+    out
+}
+
+/// Run the experiment `file` into `out` quietly, `with` adding to the command (a working
+/// folder, the environment); a failed run fails the test with its stderr.
+#[allow(dead_code)]
+pub fn run_file(file: &std::path::Path, out: &std::path::Path, with: impl FnOnce(&mut Command)) {
+    let mut cmd = loaderlab();
+    with(&mut cmd);
+    let output = cmd
+        .arg(file)
         .arg("--out")
-        .arg(&out)
+        .arg(out)
         .arg("--quiet")
         .output()
         .unwrap();
@@ -72,7 +82,6 @@ pub fn run_experiment(dir: &std::path::Path, name: &str, text: &str) -> std::pat
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    out
 }
 
 /// One CSV line's fields (a quoted field may hold commas).

@@ -40,6 +40,48 @@ const PROTOCOL: u32 = 1;
 /// setting: the `LOADERLAB_*` layer leaves it out).
 pub const PYTHON_VAR: &str = "LOADERLAB_PYTHON";
 
+/// One timed step as the child measured it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepReply {
+    step: usize,
+    batch_wait_ms: f64,
+    h2d_ms: f64,
+    compute_ms: f64,
+    step_ms: f64,
+    device_ms: Option<f64>,
+    /// A network's loss (none for the stand-in).
+    loss: Option<f64>,
+    fingerprint: String,
+    epoch: u64,
+}
+
+impl StepReply {
+    /// Its steps.csv row; a fingerprint that is not hex is the child's error.
+    fn row(self, planned: &PlannedRun) -> Result<StepRecord, RunError> {
+        let Ok(fingerprint) = u64::from_str_radix(&self.fingerprint, 16) else {
+            return Err(RunError::Engine {
+                condition: planned.condition.clone(),
+                message: format!(
+                    "step {}'s fingerprint {:?} is not hex",
+                    self.step, self.fingerprint
+                ),
+            });
+        };
+        Ok(StepRecord {
+            batch_wait_ms: self.batch_wait_ms,
+            h2d_ms: self.h2d_ms,
+            compute_ms: self.compute_ms,
+            step_ms: self.step_ms,
+            loss: self.loss.unwrap_or(f64::NAN),
+            fingerprint,
+            epoch: self.epoch,
+            device_ms: self.device_ms.unwrap_or(f64::NAN),
+            ..row_of(planned, self.step)
+        })
+    }
+}
+
 /// One line from the child.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -56,18 +98,7 @@ enum Reply {
     Started {
         startup_ms: f64,
     },
-    Step {
-        step: usize,
-        batch_wait_ms: f64,
-        h2d_ms: f64,
-        compute_ms: f64,
-        step_ms: f64,
-        device_ms: Option<f64>,
-        /// A network's loss (none for the stand-in).
-        loss: Option<f64>,
-        fingerprint: String,
-        epoch: u64,
-    },
+    Step(StepReply),
     Done {
         elapsed_s: f64,
         images: u64,
@@ -502,37 +533,8 @@ impl Engine {
                 reply => reply?,
             };
             match reply {
-                Reply::Step {
-                    step,
-                    batch_wait_ms,
-                    h2d_ms,
-                    compute_ms,
-                    step_ms,
-                    device_ms,
-                    loss,
-                    fingerprint,
-                    epoch,
-                } => {
-                    let Ok(fingerprint) = u64::from_str_radix(&fingerprint, 16) else {
-                        return Err(RunError::Engine {
-                            condition: condition.to_string(),
-                            message: format!(
-                                "step {step}'s fingerprint {fingerprint:?} is not hex"
-                            ),
-                        });
-                    };
-                    let row = StepRecord {
-                        batch_wait_ms,
-                        h2d_ms,
-                        compute_ms,
-                        step_ms,
-                        loss: loss.unwrap_or(f64::NAN),
-                        fingerprint,
-                        epoch,
-                        device_ms: device_ms.unwrap_or(f64::NAN),
-                        ..row_of(planned, step)
-                    };
-                    out.step(&row)?;
+                Reply::Step(step) => {
+                    out.step(&step.row(planned)?)?;
                     bar.inc(1);
                 }
                 Reply::Done {
@@ -595,7 +597,7 @@ mod tests {
             r#"{"kind": "step", "step": 0, "batch_wait_ms": 1.0, "h2d_ms": 0.1, "compute_ms": 0.01, "step_ms": 1.11, "fingerprint": "00ff00ff00ff00ff", "epoch": 0, "device_ms": null, "loss": null}"#,
             r#"{"kind": "done", "elapsed_s": 1.0, "images": 256, "process_cpu_s": 1.0, "workers_cpu_s": 0.5, "training_cpu_s": 0.5, "peak_rss_mib": 300.0, "interrupted": false}"#,
             r#"{"kind": "error", "where": "dataset fashion_mnist", "message": "RuntimeError: x", "traceback": "..."}"#,
-            r#"{"kind": "profiled", "startup_ms": 80.5, "build_ns": 3000000000, "batches": 40}"#,
+            r#"{"kind": "profiled", "startup_ms": 80.5, "build_ns": 3000000000, "batches": 40, "build_cpu_ns": 100}"#,
             r#"{"kind": "headroom", "batches": 4, "steps": 10, "images": 640, "elapsed_s": 0.1, "step_ms": [0.01], "segments": [[3, 192, 0.03]]}"#,
         ] {
             serde_json::from_str::<Reply>(line).unwrap_or_else(|e| panic!("{line}: {e}"));
