@@ -128,6 +128,27 @@ fn the_seed_chain_runs_in_a_torch_dataloader_with_the_same_results_contract() {
     let p = &r["analysis"]["prediction"];
     assert_eq!(p["from"], "workers=0", "{p}");
     assert!(p["loader_ms_per_batch"].as_f64().unwrap() > 0.0, "{p}");
+    // The stage clocks, where each batch is built: the seed chain's ops per image, the
+    // collate, and with workers the hand-off to the training loop.
+    for prof in r["analysis"]["profiles"].as_array().unwrap() {
+        let names: Vec<&str> = prof["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["stage"].as_str().unwrap())
+            .collect();
+        for stage in [
+            "read_decode",
+            "random_resized_crop",
+            "random_rotation",
+            "collate",
+        ] {
+            assert!(names.contains(&stage), "{stage}: {prof}");
+        }
+        let workers = prof["condition"] == "workers=2";
+        assert_eq!(names.contains(&"hand_off"), workers, "{prof}");
+        assert!(prof["build_ms"].as_f64().unwrap() > 0.0, "{prof}");
+    }
     // The ceiling: the same step in the child on batches built once, 64 images / 5 ms.
     for c in r["analysis"]["conditions"].as_array().unwrap() {
         let ceiling = c["headroom"]["img_per_s"].as_f64().unwrap();

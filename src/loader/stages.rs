@@ -49,6 +49,13 @@ pub struct StageTotals {
     pub split_cpu_ns: u64,
     #[serde(default)]
     pub split_runq_ns: u64,
+    /// The pytorch engine with workers: batches timed from a worker's collate finishing to the
+    /// training loop holding the batch (the pickled hand-off through shared memory, which the
+    /// native engine does not have), and that time, ns.
+    #[serde(default)]
+    pub handoff_batches: u64,
+    #[serde(default)]
+    pub handoff_ns: u64,
 }
 
 impl StageTotals {

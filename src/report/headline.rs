@@ -1,12 +1,12 @@
 //! The answer at a glance: one sentence with a clause per group of the matrix (its baseline
-//! and its fastest other condition), then one short finding per judgement (headroom, prediction, order effect, warnings), each with its
-//! figure. Rendered from the analysis like every other figure, so `verify` can rebuild it
-//! from the raw rows and find it in report.md.
+//! and its fastest other condition), then one short finding per judgement (headroom,
+//! prediction, order effect, warnings), each with its figure. Rendered from the analysis like
+//! every other figure, so `verify` can rebuild it from the raw rows and find it in report.md.
 
 use crate::analysis::{Analysis, ClassifiedBy, ConditionSummary, Effect, Group};
 use crate::format::{pct, rate, ratio};
 
-/// "is highly input-bound (31.50 % of step time waiting for a batch)".
+/// "is highly input-bound (32 % of step time waiting for a batch)".
 fn class_of(c: &ConditionSummary) -> String {
     let j = &c.judgement;
     let what = match j.classified_by {

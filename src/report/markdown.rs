@@ -116,9 +116,12 @@ fn engines(raw: &Raw) -> String {
     }
     let pytorch_note = if raw.meta.conditions.iter().any(|c| c.engine.is_some()) {
         " — the pytorch engine's profiled runs are torch.profiler traces (the step's spans; \
-         their per-operator events dropped); at 0 workers the build per batch, timed on the \
-         child's main thread outside the profiler, feeds the prediction; the cost of each \
-         transform op inside the workers and the hand-off are not split out yet"
+         their per-operator events dropped); the stage table's clocks run in the process that \
+         builds each batch (each op per image, `read_decode` = the item's fetch less its ops, \
+         the collate per batch, and with workers the `hand_off` from a worker's ready batch \
+         to the training loop); at 0 workers the build per batch, timed on the child's main \
+         thread outside the profiler, feeds the prediction, with workers a worker's own work \
+         per batch"
     } else {
         ""
     };

@@ -40,6 +40,15 @@ const PROTOCOL: u32 = 1;
 /// setting: the `LOADERLAB_*` layer leaves it out).
 pub const PYTHON_VAR: &str = "LOADERLAB_PYTHON";
 
+/// One stage of the child's stage clocks.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StageClockReply {
+    name: String,
+    count: u64,
+    ns: u64,
+}
+
 /// One timed step as the child measured it.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -114,10 +123,22 @@ enum Reply {
         /// profiler, and their total build time (0 and 0 with workers).
         build_ns: u64,
         batches: u64,
-        /// … and the main thread's CPU time over those builds: the rest was asleep (a Dataset
+        /// The stage clocks' wall time over the items and the collate, and the CPU time of
+        /// the process that built them over the same spans: the rest was asleep (a Dataset
         /// that waits for storage or the network).
         #[serde(default)]
-        build_cpu_ns: u64,
+        clocked_ns: u64,
+        #[serde(default)]
+        clocked_cpu_ns: u64,
+        /// Per image: `read_decode` (the item's fetch less its ops), each op; per batch the
+        /// collate, last.
+        #[serde(default)]
+        stages: Vec<StageClockReply>,
+        /// With workers: batches timed from a worker's ready batch to the loop holding it.
+        #[serde(default)]
+        handoff_batches: u64,
+        #[serde(default)]
+        handoff_ns: u64,
     },
     /// The child's headroom run, in the results' own record.
     Headroom(HeadroomRecord),
@@ -452,17 +473,28 @@ impl Engine {
                 startup_ms,
                 build_ns,
                 batches,
-                build_cpu_ns,
+                clocked_ns,
+                clocked_cpu_ns,
+                stages,
+                handoff_batches,
+                handoff_ns,
             } => Ok((
                 startup_ms,
                 (batches > 0).then(|| StageTotals {
                     batches,
                     build_ns,
-                    // The build's wall time split into time on the CPU and the rest (the
+                    // Every image and batch was timed; the collate, per batch, is last.
+                    sample_every: 1,
+                    stages: stages.iter().map(|s| s.name.clone()).collect(),
+                    count: stages.iter().map(|s| s.count).collect(),
+                    ns: stages.iter().map(|s| s.ns).collect(),
+                    // The clocked build split into time on the CPU and the rest (the
                     // runnable-but-waiting share is not known here: 0).
-                    split_batches: if build_cpu_ns > 0 { batches } else { 0 },
-                    split_wall_ns: build_ns,
-                    split_cpu_ns: build_cpu_ns,
+                    split_batches: if clocked_ns > 0 { batches } else { 0 },
+                    split_wall_ns: clocked_ns,
+                    split_cpu_ns: clocked_cpu_ns,
+                    handoff_batches,
+                    handoff_ns,
                     ..StageTotals::default()
                 }),
             )),
@@ -597,7 +629,7 @@ mod tests {
             r#"{"kind": "step", "step": 0, "batch_wait_ms": 1.0, "h2d_ms": 0.1, "compute_ms": 0.01, "step_ms": 1.11, "fingerprint": "00ff00ff00ff00ff", "epoch": 0, "device_ms": null, "loss": null}"#,
             r#"{"kind": "done", "elapsed_s": 1.0, "images": 256, "process_cpu_s": 1.0, "workers_cpu_s": 0.5, "training_cpu_s": 0.5, "peak_rss_mib": 300.0, "interrupted": false}"#,
             r#"{"kind": "error", "where": "dataset fashion_mnist", "message": "RuntimeError: x", "traceback": "..."}"#,
-            r#"{"kind": "profiled", "startup_ms": 80.5, "build_ns": 3000000000, "batches": 40, "build_cpu_ns": 100}"#,
+            r#"{"kind": "profiled", "startup_ms": 80.5, "build_ns": 3000000000, "batches": 40, "clocked_ns": 200, "clocked_cpu_ns": 100, "stages": [{"name": "resize", "count": 10, "ns": 5000}], "handoff_batches": 3, "handoff_ns": 900}"#,
             r#"{"kind": "headroom", "batches": 4, "steps": 10, "images": 640, "elapsed_s": 0.1, "step_ms": [0.01], "segments": [[3, 192, 0.03]]}"#,
         ] {
             serde_json::from_str::<Reply>(line).unwrap_or_else(|e| panic!("{line}: {e}"));

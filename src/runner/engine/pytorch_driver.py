@@ -41,6 +41,77 @@ def versions():
     }
 
 
+# --- stage clocks: what each part of a batch's build costs, in the process that builds it ----
+
+# On only for the profiled run (a DataLoader's workers fork with the value it has when they
+# start): name -> [count, wall ns, CPU ns]; "item" and "collate" keep the process's CPU time
+# (torch's own threads work for the item too; a worker runs one). The collate
+# hands each batch's clocks to the training loop with the batch and starts them afresh, so
+# what a worker process measured reaches the main process.
+CLOCKS = False
+STAGES = {}
+
+
+def clock(name, count, ns, cpu_ns=0):
+    entry = STAGES.setdefault(name, [0, 0, 0])
+    entry[0] += count
+    entry[1] += ns
+    entry[2] += cpu_ns
+
+
+class Clocked:
+    """One transform op, timed per image while the clocks run."""
+
+    def __init__(self, name, op):
+        self.name, self.op = name, op
+
+    def __call__(self, img):
+        if not CLOCKS:
+            return self.op(img)
+        t0 = time.perf_counter_ns()
+        out = self.op(img)
+        clock(self.name, 1, time.perf_counter_ns() - t0)
+        return out
+
+    def __repr__(self):
+        return repr(self.op)
+
+
+class ClockedItems:
+    """The dataset with each item's whole fetch timed (read, decode, transforms), wall and CPU."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        if not CLOCKS:
+            return self.dataset[i]
+        t0, c0 = time.perf_counter_ns(), time.process_time_ns()
+        item = self.dataset[i]
+        clock("item", 1, time.perf_counter_ns() - t0, time.process_time_ns() - c0)
+        return item
+
+
+def clocked_collate(collate):
+    """`collate` timed per batch; while the clocks run, a batch travels as (batch, the moment
+    it was ready, the clocks of its build), read by the profiled run."""
+
+    def run(items):
+        if not CLOCKS:
+            return collate(items)
+        t0, c0 = time.perf_counter_ns(), time.process_time_ns()
+        out = collate(items)
+        clock("collate", 1, time.perf_counter_ns() - t0, time.process_time_ns() - c0)
+        clocks = {k: list(v) for k, v in STAGES.items()}
+        STAGES.clear()
+        return out, time.perf_counter_ns(), clocks
+
+    return run
+
+
 # --- the declared pipeline ----------------------------------------------------------------
 
 
@@ -185,7 +256,7 @@ def dataset_of(cfg):
     from torchvision import transforms as T
 
     d = cfg["dataset"]
-    transform = T.Compose([twin(s) for s in cfg["transforms"]])
+    transform = T.Compose([Clocked(s["op"], twin(s)) for s in cfg["transforms"]])
     kind = d["kind"]
     if kind == "user":
         return load_user(d["function"], d["base"])()
@@ -372,7 +443,7 @@ class Condition:
 
         self.cfg = cfg
         torch.manual_seed(cfg["seed"])
-        self.dataset = dataset_of(cfg)
+        self.dataset = ClockedItems(dataset_of(cfg))
         step = cfg["step"]
         if step["kind"] == "network":
             self.device = NetworkStep(step, cfg["seed"])
@@ -392,9 +463,13 @@ class Condition:
         extra = {}
         if workers > 0:
             extra = {"prefetch_factor": lc["prefetch_factor"], "persistent_workers": lc["persistent_workers"]}
+        from torch.utils.data import default_collate
+
         user = self.cfg.get("user", {})
+        collate = default_collate
         if user.get("collate_fn"):
-            extra["collate_fn"] = load_user(user["collate_fn"], user["base"])
+            collate = load_user(user["collate_fn"], user["base"])
+        extra["collate_fn"] = clocked_collate(collate)
         if user.get("worker_init_fn"):
             extra["worker_init_fn"] = load_user(user["worker_init_fn"], user["base"])
         return DataLoader(
@@ -501,35 +576,62 @@ class Condition:
     def profile(self, warmup, steps, path):
         """The profiled run: separate from the timed ones, `steps` steps under torch.profiler
         with the seed's record_function spans (at 0 workers the batch's build inside batch_wait
-        as build_batch: the loader's work on one thread), the Chrome trace written to `path`."""
+        as build_batch: the loader's work on one thread), the Chrome trace written to `path`.
+        Its stage clocks (each op per image, the item's whole fetch, the collate, and with
+        workers the hand-off from a worker's ready batch to this loop) come back with it."""
+        global CLOCKS
+        # The clocks run for the whole profiled run: at 0 workers the batches are built here;
+        # with workers, the workers started now carry them.
+        CLOCKS = True
+        try:
+            self.clocked_profile(warmup, steps, path)
+        finally:
+            CLOCKS = False
+
+    def clocked_profile(self, warmup, steps, path):
         from torch.profiler import ProfilerActivity, profile, record_function
 
         device = self.device
-        feed = self.start()
         inline = self.cfg["loader"]["workers"] == 0
+        feed = self.start()
+        stages, handoff = {}, [0, 0]
+
+        def take(counted):
+            batch, ready_ns, clocks = feed.next()
+            if counted:
+                if not inline:
+                    handoff[0] += 1
+                    handoff[1] += time.perf_counter_ns() - ready_ns
+                for name, v in clocks.items():
+                    entry = stages.setdefault(name, [0, 0, 0])
+                    for k in range(3):
+                        entry[k] += v[k]
+            return batch
+
         # At 0 workers the warm-up's batches are built on this thread: their build times,
         # outside the profiler (whose per-operator recording slows a build by tens of percent),
-        # are the loader's work per batch on one thread.
-        builds, cpu = [], 0.0
-        # The first batch was taken as the loader started (its start-up): not a timed build.
+        # are the loader's work per batch on one thread. The first batch was taken as the
+        # loader started (its start-up): not a timed build.
+        builds = []
         if feed.pending and warmup > 0:
-            device.enqueue(*host_copy(*feed.next()))
+            device.enqueue(*host_copy(*take(False)))
             warmup -= 1
         for _ in range(warmup):
-            t0, c0 = time.perf_counter(), time.thread_time()
-            batch = feed.next()
+            t0 = time.perf_counter()
+            batch = take(True)
             builds.append(time.perf_counter() - t0)
-            cpu += time.thread_time() - c0
             device.enqueue(*host_copy(*batch))
         device.synchronize()
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(steps):
+                # The profiler records this process's operators: at 0 workers the builds under
+                # it are slowed, so only the warm-up's clocks count; workers build unrecorded.
                 with record_function("batch_wait"):
                     if inline:
                         with record_function("build_batch"):
-                            images, labels = feed.next()
+                            images, labels = take(False)
                     else:
-                        images, labels = feed.next()
+                        images, labels = take(True)
                 with record_function("h2d_transfer"):
                     on_device = host_copy(images, labels)
                 with record_function("forward_backward_adam"):
@@ -538,13 +640,28 @@ class Condition:
             device.synchronize()
         prof.export_chrome_trace(path)
         keep_spans(path)
+        item, collate = stages.pop("item", [0, 0, 0]), stages.pop("collate", [0, 0, 0])
+        ops = [{"name": k, "count": v[0], "ns": v[1]} for k, v in stages.items()]
+        # The item's fetch less its ops: reading and decoding.
+        read_ns = max(0, item[1] - sum(o["ns"] for o in ops))
+        clocks = [{"name": "read_decode", "count": item[0], "ns": read_ns}] + ops
+        clocks.append({"name": "collate", "count": collate[0], "ns": collate[1]})
         say(
             {
                 "kind": "profiled",
                 "startup_ms": feed.startup_ms,
-                "build_ns": int(sum(builds) * 1e9) if inline else 0,
-                "batches": len(builds) if inline else 0,
-                "build_cpu_ns": int(cpu * 1e9) if inline else 0,
+                # At 0 workers the build as this thread saw it; with workers, a worker's own
+                # work per batch (its items and the collate) on its clocks.
+                "build_ns": int(sum(builds) * 1e9) if inline else item[1] + collate[1],
+                "batches": len(builds) if inline else collate[0],
+                # The build's time on a CPU, over the wall time of the same clocks (the items
+                # and the collate): what is asleep in them (a Dataset waiting for storage)
+                # stretches the worker cap.
+                "clocked_ns": item[1] + collate[1],
+                "clocked_cpu_ns": item[2] + collate[2],
+                "stages": clocks if item[0] else [],
+                "handoff_batches": handoff[0],
+                "handoff_ns": handoff[1],
             }
         )
 
