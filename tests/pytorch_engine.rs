@@ -783,3 +783,47 @@ fn the_prediction_for_a_planted_users_dataset_meets_the_knee_and_tune_chooses_it
         "knee {knee}, chose {chosen}: {stdout}"
     );
 }
+
+/// The profiled run is a torch.profiler trace as a user's own is (ProfilerStep#N steps, the
+/// seed's spans): `loaderlab diagnose` reads it, and its waiting share is the report's within
+/// one point.
+#[test]
+#[ignore = "validation run: planted timing on real clocks (.ci/run: cargo test -- --ignored)"]
+fn diagnose_reads_the_engines_trace_and_finds_the_reports_waiting_share() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let text = experiment(
+        "traced",
+        &python,
+        "[protocol]\nwarmup_steps = 4\ntimed_steps = 20\nrounds = 2\nprofile_steps = 20\n",
+    );
+    let out = common::run_experiment(dir.path(), "traced", &text);
+    let r = json(&out.join("result.json"));
+    let reported = r["analysis"]["conditions"][0]["wait_share"]
+        .as_f64()
+        .unwrap();
+    let trace = out.join(r["run"]["conditions"][0]["trace"].as_str().unwrap());
+    let diagnosed = dir.path().join("diagnosed");
+    let output = loaderlab()
+        .arg("diagnose")
+        .arg(&trace)
+        .arg("--out")
+        .arg(&diagnosed)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let d = json(&diagnosed.join("result.json"));
+    let rank = &d["ranks"][0];
+    assert_eq!(rank["steps"], 20, "{rank}");
+    let share = rank["waiting_share"]["point"].as_f64().unwrap();
+    eprintln!("report {reported}, diagnose {share}");
+    assert!(
+        (share - reported).abs() <= 0.01,
+        "report {reported}, diagnose {share}"
+    );
+}

@@ -589,7 +589,7 @@ class Condition:
             CLOCKS = False
 
     def clocked_profile(self, warmup, steps, path):
-        from torch.profiler import ProfilerActivity, profile, record_function
+        from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
         device = self.device
         inline = self.cfg["loader"]["workers"] == 0
@@ -622,8 +622,16 @@ class Condition:
             builds.append(time.perf_counter() - t0)
             device.enqueue(*host_copy(*batch))
         device.synchronize()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for _ in range(steps):
+        # A schedule, as a user's own profiling has, so the trace marks each step with
+        # ProfilerStep#N (what `loaderlab diagnose` reads): one step of the profiler's warm-up
+        # (recorded by no one), then `steps` recorded ones, written as the last one ends.
+        when = schedule(wait=0, warmup=1, active=steps, repeat=1)
+        with profile(
+            activities=[ProfilerActivity.CPU],
+            schedule=when,
+            on_trace_ready=lambda p: p.export_chrome_trace(path),
+        ) as prof:
+            for i in range(steps + 1):
                 # The profiler records this process's operators: at 0 workers the builds under
                 # it are slowed, so only the warm-up's clocks count; workers build unrecorded.
                 with record_function("batch_wait"):
@@ -636,9 +644,10 @@ class Condition:
                     on_device = host_copy(images, labels)
                 with record_function("forward_backward_adam"):
                     device.enqueue(*on_device)
+                # The device's queue drains inside the last recorded step.
+                if i == steps:
+                    device.synchronize()
                 prof.step()
-            device.synchronize()
-        prof.export_chrome_trace(path)
         keep_spans(path)
         item, collate = stages.pop("item", [0, 0, 0]), stages.pop("collate", [0, 0, 0])
         ops = [{"name": k, "count": v[0], "ns": v[1]} for k, v in stages.items()]
