@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --no-fail-fast -- --ignored 2>&1 | tee "$log"
+# The engine-against-a-plain-DataLoader comparison is a benchmark, run by hand: two Python
+# processes' img/s drift by ±30 % here within minutes (see its doc in tests/pytorch_engine.rs).
+cargo test --no-fail-fast -- --ignored --skip the_engine_builds_batches_as_fast_as_a_plain_dataloader_loop 2>&1 | tee "$log"
 first=${PIPESTATUS[0]}
 [ "$first" -eq 0 ] && exit 0
 
