@@ -6,3 +6,4 @@
 
 mod handover;
 pub mod pytorch;
+mod replies;
