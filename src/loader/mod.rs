@@ -421,6 +421,9 @@ impl Loader {
 
     /// The next batch, in order. The reference is valid until the next call.
     pub fn next_batch(&mut self) -> Result<&Batch, LoaderError> {
+        if let Mode::Parallel(_) = self.mode {
+            return self.pool_for_next()?.next();
+        }
         match &mut self.mode {
             Mode::Serial {
                 builder,
@@ -434,17 +437,64 @@ impl Loader {
                 builder.build_caught(&self.source, None, k, batch)?;
                 Ok(batch)
             }
+            Mode::Parallel(_) => unreachable!("handled above"),
+        }
+    }
+
+    /// The next batch, in order, taken out of the loader: its buffer travels with it (to a
+    /// tensor that shares its memory, in the Python module) and `spare` takes its place in the
+    /// loader, so a batch kept for any time never holds the loader up. Pass a batch given back
+    /// earlier as `spare` to reuse its buffer (a default `Batch` allocates at its first build).
+    /// Do not mix with [`Loader::next_batch`] on one loader.
+    pub fn next_owned(&mut self, spare: Batch) -> Result<Batch, LoaderError> {
+        match &mut self.mode {
+            Mode::Serial { builder, next, .. } => {
+                let mut batch = spare;
+                builder.build_caught(&self.source, None, *next, &mut batch)?;
+                *next += 1;
+                Ok(batch)
+            }
+            Mode::Parallel(_) => self.pool_for_next()?.next_owned(spare),
+        }
+    }
+
+    /// The batch [`Loader::next_batch`] gives next (counting across epochs from 0).
+    pub fn position(&self) -> u64 {
+        match &self.mode {
+            Mode::Serial { next, .. } => *next,
+            Mode::Parallel(pool) => pool.next,
+        }
+    }
+
+    /// Go on from batch `first` (the first of an epoch, to set the epoch): the workers are
+    /// stopped and started again there; batches already built are dropped.
+    pub fn restart_at(&mut self, first: u64) -> Result<(), LoaderError> {
+        match &mut self.mode {
+            Mode::Serial { next, .. } => *next = first,
             Mode::Parallel(pool) => {
-                if pool.end == Some(pool.next) {
-                    // Non-persistent workers: a fresh pool for the next epoch, as PyTorch does.
-                    let first = pool.next;
-                    let end = first + self.batches_per_epoch;
-                    **pool = Pool::start(&self.source, first, Some(end))?;
-                    self.restarts += 1;
-                }
-                pool.next()
+                let end = (!self.source.cfg.persistent_workers)
+                    .then(|| (first / self.batches_per_epoch + 1) * self.batches_per_epoch);
+                // The old workers stop before the new ones start (two pools never compete).
+                pool.stop();
+                **pool = Pool::start(&self.source, first, end)?;
             }
         }
+        Ok(())
+    }
+
+    /// The worker pool, started afresh at an epoch boundary for non-persistent workers (as
+    /// PyTorch does).
+    fn pool_for_next(&mut self) -> Result<&mut Pool, LoaderError> {
+        let Mode::Parallel(pool) = &mut self.mode else {
+            unreachable!("only a loader with workers has a pool")
+        };
+        if pool.end == Some(pool.next) {
+            let first = pool.next;
+            let end = first + self.batches_per_epoch;
+            **pool = Pool::start(&self.source, first, Some(end))?;
+            self.restarts += 1;
+        }
+        Ok(pool)
     }
 }
 
@@ -556,6 +606,54 @@ mod tests {
             // workers = 0, so batch k+1 never waits for the copy of batch k), never per batch.
             let slots = if workers == 0 { 2 } else { 2 * workers };
             assert_eq!(memory.0.load(std::sync::atomic::Ordering::SeqCst), slots);
+        }
+    }
+
+    #[test]
+    fn batches_taken_out_are_the_same_whether_kept_or_given_back() {
+        let serial = fingerprints(loader(0, true, 100), 20);
+        for (workers, persistent) in [(0, true), (2, true), (2, false)] {
+            let mut l = loader(workers, persistent, 100);
+            // Every batch kept: the loader never waits for a buffer to come back.
+            let kept: Vec<Batch> = (0..10)
+                .map(|_| l.next_owned(Batch::default()).unwrap())
+                .collect();
+            // Each one given back at once, as a spare for the next.
+            let mut spare = Batch::default();
+            let mut given_back = Vec::new();
+            for _ in 10..20 {
+                let b = l.next_owned(spare).unwrap();
+                given_back.push((b.index, b.epoch, b.fingerprint));
+                spare = b;
+            }
+            let got: Vec<(u64, u64, u64)> = kept
+                .iter()
+                .map(|b| (b.index, b.epoch, b.fingerprint))
+                .chain(given_back)
+                .collect();
+            assert_eq!(got, serial, "workers={workers} persistent={persistent}");
+            // A batch kept still holds its own images.
+            let mut fp = Fingerprint::default();
+            fp.floats(kept[3].images());
+            fp.labels(kept[3].labels());
+            assert_eq!(fp.finish(), serial[3].2);
+        }
+    }
+
+    #[test]
+    fn a_restart_at_an_epoch_gives_that_epochs_batches() {
+        let serial = fingerprints(loader(0, true, 100), 20);
+        for (workers, persistent) in [(0, true), (2, true), (2, false)] {
+            let mut l = loader(workers, persistent, 100);
+            l.next_batch().unwrap();
+            // 6 batches per epoch: epoch 2 starts at batch 12.
+            l.restart_at(12).unwrap();
+            assert_eq!(l.position(), 12);
+            let got: Vec<u64> = (12..20)
+                .map(|_| l.next_batch().unwrap().fingerprint)
+                .collect();
+            let want: Vec<u64> = serial[12..20].iter().map(|s| s.2).collect();
+            assert_eq!(got, want, "workers={workers} persistent={persistent}");
         }
     }
 

@@ -218,10 +218,23 @@ impl Pool {
         Ok(pool)
     }
 
+    /// The next batch, lent until the next call (its buffer then goes back to the workers).
     pub(super) fn next(&mut self) -> Result<&Batch, LoaderError> {
+        let freed = self.lent.take();
+        let batch = self.receive(freed)?;
+        Ok(self.lent.insert(batch))
+    }
+
+    /// The next batch, given away; `spare` joins the free buffers in its place.
+    pub(super) fn next_owned(&mut self, spare: Batch) -> Result<Batch, LoaderError> {
+        self.receive(Some(spare))
+    }
+
+    /// Wait for the next batch in order, first putting `freed` (a buffer) back in the pool.
+    fn receive(&mut self, freed: Option<Batch>) -> Result<Batch, LoaderError> {
         let k = self.next;
         let mut state = self.shared.lock();
-        if let Some(b) = self.lent.take() {
+        if let Some(b) = freed {
             state.free.push_back(b);
             if state.starved > 0 {
                 self.shared.freed.notify_one();
@@ -257,19 +270,25 @@ impl Pool {
         let batch = result.inspect_err(|e| self.failed = Some(e.clone()))?;
         debug_assert_eq!(batch.index, k);
         self.next += 1;
-        Ok(self.lent.insert(batch))
+        Ok(batch)
     }
 }
 
-impl Drop for Pool {
-    fn drop(&mut self) {
-        // Workers waiting for a buffer return at once; a worker building finishes its batch
-        // and returns at its next look.
+impl Pool {
+    /// Stop and join the workers. Workers waiting for a buffer return at once; a worker
+    /// building finishes its batch and returns at its next look.
+    pub(super) fn stop(&mut self) {
         self.shared.lock().closed = true;
         self.shared.freed.notify_all();
         for t in std::mem::take(&mut self.threads) {
             let _ = t.join();
         }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
