@@ -4,6 +4,7 @@ Run: `bash scripts/test-python.sh` (builds the module into target/venv, then run
 """
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -386,3 +387,52 @@ def test_the_command_is_the_binarys(run, tmp_path):
     script = Path(sys.executable).parent / "loaderlab"
     assert script.exists()
     assert subprocess.run([script, "--help"], capture_output=True).returncode == 0
+
+
+def test_the_report_gives_the_replacement_as_code_and_it_builds_the_native_batches(tmp_path):
+    # The user's DataLoader (the pytorch engine, the baseline) beside ours at 0 workers: ours
+    # builds the seed's chain tens of times faster, so the report shows the change as code.
+    file = tmp_path / "engines.toml"
+    file.write_text(
+        EXPERIMENT.replace('"loader.workers" = [0, 2]', '"loader.engine" = ["pytorch", "native"]')
+        .replace("timed_steps = 12", "timed_steps = 6")
+        .replace("rounds = 1", "rounds = 2")
+        + f'\n[pytorch]\npython = "{sys.executable}"\n\n[report]\nbaseline = "engine=pytorch"\n'
+    )
+    done = command("run", str(file), "--out", str(tmp_path / "out"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    code = result["analysis"]["engine_switch"]["adopt"]
+    assert code["yours"] == "engine=pytorch" and code["native"] == "engine=native"
+    assert code["dataloader"].startswith("loader = torch.utils.data.DataLoader(dataset, batch_size=64,")
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Adopt loaderlab's loader" in report
+    assert code["loader"] in report
+    headline = report.split("\n", 3)[2]
+    assert f'loaderlab.Loader.from_experiment("{file}", "engine=native")' in headline, headline
+
+    with open(tmp_path / "out" / "steps.csv", newline="") as f:
+        native = [r for r in csv.DictReader(f) if r["condition"] == "engine=native"]
+    first = min(int(r["run"]) for r in native)
+    want = [r["fingerprint"] for r in sorted(native, key=lambda r: int(r["step"])) if int(r["run"]) == first]
+    assert len(want) == 6
+    for form in ("loader", "from_experiment"):
+        scope = {}
+        exec(code[form], {"loaderlab": loaderlab}, scope)
+        got = [loaderlab.fingerprint(x, y) for x, y in stream(scope["loader"], 9)]
+        assert got[3:] == want, form
+
+
+@pytest.mark.parametrize("which", ["loaderlab", "dataloader"])
+def test_the_example_trains_and_its_trace_is_diagnosed(tmp_path, which):
+    example = Path(__file__).resolve().parents[2] / "examples" / "train_with_loaderlab.py"
+    trace = tmp_path / "trace.json"
+    args = ["--loader", which, "--synthetic", "512", "--batch-size", "64", "--workers", "2"]
+    args += ["--warmup", "2", "--steps", "5", "--profile-steps", "4", "--trace", str(trace)]
+    done = subprocess.run([sys.executable, str(example), *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"{which}, 2 workers:" in done.stdout
+    diagnosed = command("diagnose", str(trace), "--out", str(tmp_path / "d"), "--quiet")
+    assert diagnosed.returncode == 0, diagnosed.stderr
+    (rank,) = json.loads((tmp_path / "d" / "result.json").read_text())["ranks"]
+    assert rank["steps"] == 4 and rank["wait_span"] == "batch_wait"

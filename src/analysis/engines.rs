@@ -30,6 +30,9 @@ pub struct EngineSwitch {
     pub fewest_native: Option<String>,
     pub fewest_native_workers: Option<u64>,
     pub fewest_native_ratio: Option<Estimate>,
+    /// The change as code, where the baseline is the DataLoader and ours is faster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopt: Option<super::Adopt>,
 }
 
 /// Two conditions' settings are equal but for the engine and the worker count.
@@ -104,5 +107,6 @@ pub fn switch(
         fewest_native: fewest.map(|(c, _)| c.name.clone()),
         fewest_native_workers: fewest.map(|(c, _)| c.config.loader.workers),
         fewest_native_ratio: fewest.map(|(_, r)| r),
+        adopt: None,
     })
 }

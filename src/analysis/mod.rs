@@ -5,6 +5,7 @@
 //! `loaderlab report <dir>` rebuilds exactly what the run wrote. Percentiles use linear
 //! interpolation (pandas' and numpy's default) so anyone can recompute them.
 
+mod adopt;
 mod advice;
 mod checks;
 mod engines;
@@ -19,6 +20,7 @@ mod stats;
 mod steps;
 mod tables;
 
+pub use adopt::Adopt;
 pub use advice::{
     Headroom, PredictionCheck, WorkerPrediction, same_but_workers, wait_bound, worker_cap,
     workers_wanted,
@@ -324,7 +326,12 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
         &complete,
         &baseline,
         raw.plan.experiment.seed,
-    );
+    )
+    .map(|mut s| {
+        let file = &raw.plan.experiment.file;
+        s.adopt = adopt::adopt(&raw.plan.conditions, file, &baseline, &s);
+        s
+    });
     Ok(Analysis {
         baseline,
         groups,

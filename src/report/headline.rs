@@ -121,7 +121,35 @@ fn switching(a: &Analysis) -> String {
         }
         _ => "; no native condition measured keeps up with it".into(),
     };
-    format!(" Switching to loaderlab's loader: {same}{fewest}.")
+    let code = match &s.adopt {
+        Some(a) => format!(
+            " In code: replace your DataLoader with {} (Adopt loaderlab's loader, below).",
+            a.from_experiment.trim_start_matches("loader = ")
+        ),
+        None => String::new(),
+    };
+    format!(" Switching to loaderlab's loader: {same}{fewest}.{code}")
+}
+
+/// "## Adopt loaderlab's loader": the baseline's DataLoader line and its replacement, as code.
+pub fn adopt(a: &Analysis) -> String {
+    let Some(code) = a.engine_switch.as_ref().and_then(|s| s.adopt.as_ref()) else {
+        return String::new();
+    };
+    format!(
+        "## Adopt loaderlab's loader\n\n\
+         Your DataLoader, as `{yours}` ran it, and loaderlab's loader with the same dataset, \
+         transforms and loader settings at the workers of `{native}` (`pip install loaderlab`; \
+         the batches are those of `{native}`, fingerprint for fingerprint; each comes as \
+         float32 N×C×H×W and int64 tensors, handed to torch without a copy):\n\n\
+         ```python\n# yours\n{dataloader}\n\n# loaderlab's\nimport loaderlab\n\n{loader}\n\n\
+         # or the same, read from this experiment file\n{from_experiment}\n```\n\n",
+        yours = code.yours,
+        native = code.native,
+        dataloader = code.dataloader,
+        loader = code.loader,
+        from_experiment = code.from_experiment,
+    )
 }
 
 /// One sentence per finding, each with its figure.

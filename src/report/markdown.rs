@@ -21,6 +21,7 @@ pub fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> S
         title(raw),
         super::headline::markdown(a, &raw.meta.notices),
         format!("## Verdict\n\n{}\n\n", verdict(a, &raw.meta)),
+        super::headline::adopt(a),
         search(raw),
         setup(raw),
         results(a),

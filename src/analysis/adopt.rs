@@ -1,0 +1,207 @@
+//! The change as code: where the baseline is the user's DataLoader (the pytorch engine) and
+//! loaderlab's loader is faster beyond noise, the baseline's `DataLoader(...)` line and its
+//! `loaderlab.Loader(...)` replacement with the same data and loader settings — at the fewest
+//! native workers that keep up with the DataLoader's best — plus the one-line form that reads
+//! the experiment file.
+//!
+//! Invariant: the replacement's keywords are the experiment file's tables and keys (the
+//! Python package validates them with the same code), so it builds the batches of the native
+//! condition it names, fingerprint for fingerprint.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::engines::EngineSwitch;
+use crate::config::{DatasetSection, Engine, Settings};
+use crate::plan::PlanCondition;
+
+/// The user's loader and its replacement, as Python.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Adopt {
+    /// The baseline (a pytorch condition) and its DataLoader.
+    pub yours: String,
+    pub dataloader: String,
+    /// The native condition whose settings the replacement takes, and the replacement.
+    pub native: String,
+    pub loader: String,
+    /// The same, read from the experiment file.
+    pub from_experiment: String,
+}
+
+/// The code, when the baseline runs the pytorch engine on a declared dataset and a native
+/// condition of its group is faster than the DataLoader's best beyond noise (its ratio's 95 %
+/// CI above 1).
+pub fn adopt(
+    plan: &[PlanCondition],
+    file: &str,
+    baseline: &str,
+    switch: &EngineSwitch,
+) -> Option<Adopt> {
+    let base = plan.iter().find(|c| c.name == baseline)?;
+    if base.config.loader.engine != Engine::Pytorch || base.config.pytorch.users_dataset() {
+        return None;
+    }
+    let faster = |name: &Option<String>, r: &Option<super::stats::Estimate>| {
+        name.clone().filter(|_| r.is_some_and(|r| r.low > 1.0))
+    };
+    // The fewest workers that keep up, if that is faster; else the same workers.
+    let native = faster(&switch.fewest_native, &switch.fewest_native_ratio)
+        .or_else(|| faster(&switch.native_same_workers, &switch.speedup_same_workers))?;
+    let native = plan.iter().find(|c| c.name == native)?;
+    Some(Adopt {
+        yours: base.name.clone(),
+        dataloader: dataloader(&base.config),
+        native: native.name.clone(),
+        loader: loader(&native.config),
+        from_experiment: format!(
+            "loader = loaderlab.Loader.from_experiment({}, {})",
+            quoted(file),
+            quoted(&native.name)
+        ),
+    })
+}
+
+/// The baseline's DataLoader call, as the pytorch engine makes it.
+fn dataloader(s: &Settings) -> String {
+    let l = &s.loader;
+    let mut args = vec![
+        "dataset".to_string(),
+        format!("batch_size={}", l.batch_size),
+        format!("shuffle={}", py_bool(l.shuffle)),
+        format!("num_workers={}", l.workers),
+    ];
+    // torch refuses both without workers.
+    if l.workers > 0 {
+        args.push(format!("prefetch_factor={}", l.prefetch_factor));
+        args.push(format!(
+            "persistent_workers={}",
+            py_bool(l.persistent_workers)
+        ));
+    }
+    args.push(format!("pin_memory={}", py_bool(l.pin_memory)));
+    args.push(format!("drop_last={}", py_bool(l.drop_last)));
+    format!("loader = torch.utils.data.DataLoader({})", args.join(", "))
+}
+
+/// `loaderlab.Loader(...)` with the condition's dataset (the keys that differ from the
+/// defaults, and always its kind and root), its transforms and loader settings, and the seed.
+fn loader(s: &Settings) -> String {
+    let l = &s.loader;
+    let (ours, defaults) = (json(&s.dataset), json(&DatasetSection::default()));
+    let dataset: Vec<String> = match (&ours, &defaults) {
+        (Value::Object(ours), Value::Object(defaults)) => ours
+            .iter()
+            .filter(|(k, v)| matches!(k.as_str(), "kind" | "root") || defaults.get(*k) != Some(v))
+            .map(|(k, v)| format!("{}: {}", quoted(k), python(v)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let transforms: Vec<String> = s
+        .transforms
+        .iter()
+        .map(|t| format!("        {},", op_first(json(t))))
+        .collect();
+    format!(
+        "loader = loaderlab.Loader(\n    dataset={{{}}},\n    transforms=[\n{}\n    ],\n    \
+         batch_size={}, workers={}, prefetch_factor={}, shuffle={}, drop_last={},\n    \
+         pin_memory={}, persistent_workers={}, seed={},\n)",
+        dataset.join(", "),
+        transforms.join("\n"),
+        l.batch_size,
+        l.workers,
+        l.prefetch_factor,
+        py_bool(l.shuffle),
+        py_bool(l.drop_last),
+        py_bool(l.pin_memory),
+        py_bool(l.persistent_workers),
+        s.experiment.seed
+    )
+}
+
+/// A transform as a dict literal, its `op` first as a file writes it.
+fn op_first(t: Value) -> String {
+    let Value::Object(mut map) = t else {
+        return python(&t);
+    };
+    let op = map
+        .remove("op")
+        .map(|op| format!("\"op\": {}", python(&op)));
+    let rest = map
+        .iter()
+        .map(|(k, v)| format!("{}: {}", quoted(k), python(v)));
+    let items: Vec<String> = op.into_iter().chain(rest).collect();
+    format!("{{{}}}", items.join(", "))
+}
+
+fn json(v: &impl Serialize) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b { "True" } else { "False" }
+}
+
+/// A string as a Python literal (JSON's escapes are Python's).
+fn quoted(s: &str) -> String {
+    Value::String(s.to_string()).to_string()
+}
+
+/// A JSON value as a Python literal.
+fn python(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(b) => py_bool(*b).into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => quoted(s),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(python).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(map) => {
+            let items: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{}: {}", quoted(k), python(v)))
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dataloader_and_its_replacement_carry_the_same_settings() {
+        let mut s = Settings::default();
+        s.loader.workers = 2;
+        s.loader.batch_size = 128;
+        s.experiment.seed = 9;
+        s.dataset.root = "my \"data\"".into();
+        let d = dataloader(&s);
+        assert_eq!(
+            d,
+            "loader = torch.utils.data.DataLoader(dataset, batch_size=128, shuffle=True, \
+             num_workers=2, prefetch_factor=2, persistent_workers=True, pin_memory=True, \
+             drop_last=True)"
+        );
+        s.loader.workers = 0;
+        assert!(!dataloader(&s).contains("prefetch_factor"));
+        let l = loader(&s);
+        assert!(
+            l.contains(r#"dataset={"kind": "fashion_mnist", "root": "my \"data\""}"#),
+            "{l}"
+        );
+        assert!(l.contains(r#"{"op": "to_tensor"}"#), "{l}");
+        assert!(
+            l.contains(r#"{"op": "random_rotation", "degrees": 15.0"#),
+            "{l}"
+        );
+        assert!(l.contains("batch_size=128, workers=0,"), "{l}");
+        assert!(l.contains("seed=9,"), "{l}");
+        // Only the keys that differ from the defaults, besides the kind and root.
+        s.dataset.synthetic_size = 600;
+        assert!(loader(&s).contains(r#""synthetic_size": 600"#));
+        assert!(!loader(&s).contains("synthetic_classes"));
+    }
+}
