@@ -381,6 +381,27 @@ fn a_two_engine_matrix_says_what_switching_would_buy() {
         headline.contains("0 native workers already keep up with it"),
         "{headline}"
     );
+    // The baseline is the DataLoader (the first condition) and ours is faster beyond noise:
+    // the change as code, at the fewest native workers that keep up.
+    let code = s.adopt.as_ref().expect("the change as code");
+    assert_eq!(code.yours, "engine=pytorch,workers=0");
+    assert_eq!(code.native, "engine=native,workers=0");
+    assert!(
+        code.dataloader
+            .contains("batch_size=256, shuffle=True, num_workers=0,"),
+        "{}",
+        code.dataloader
+    );
+    assert!(code.loader.contains("workers=0,"), "{}", code.loader);
+    let from_experiment =
+        r#"loaderlab.Loader.from_experiment("handmade.toml", "engine=native,workers=0")"#;
+    assert!(code.from_experiment.ends_with(from_experiment));
+    assert!(
+        headline.contains(&format!(
+            "In code: replace your DataLoader with {from_experiment}"
+        )),
+        "{headline}"
+    );
     // One engine: no such line.
     let one = tempfile::tempdir().unwrap();
     folder(
