@@ -106,16 +106,9 @@ impl NativeLoader {
             }
             ConfigError::Invalid { .. } => PyValueError::new_err(e.to_string()),
         })?;
-        let chosen = match condition {
-            Some(name) => exp.conditions.iter().find(|c| c.name == name),
-            None => exp.conditions.first(),
-        };
-        let Some(chosen) = chosen else {
-            let names: Vec<&str> = exp.conditions.iter().map(|c| c.name.as_str()).collect();
-            return Err(PyValueError::new_err(format!(
-                "condition: {file} has no condition {condition:?}; its conditions are {names:?}"
-            )));
-        };
+        let chosen = exp
+            .condition(condition)
+            .map_err(|e| PyValueError::new_err(format!("condition: {file}: {e}")))?;
         let settings = chosen.settings.clone();
         if settings.pytorch.users_dataset() {
             return Err(PyValueError::new_err(format!(

@@ -52,6 +52,7 @@ headroom = false
 "loader.workers" = [0, 2]
 """
 BATCHES = 15
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_with_loaderlab.py"
 
 
 def command(*args, cwd=None):
@@ -146,30 +147,19 @@ def test_set_epoch_gives_that_epochs_batches(run):
     assert [loaderlab.fingerprint(x, y) for x, y in loader] == [fp for e, fp in whole[9:18]]
 
 
-class SmallCNN(nn.Module):
-    """The seed's network."""
+def example():
+    """examples/train_with_loaderlab.py as a module (its SmallCNN is the seed's network)."""
+    import importlib.util
 
-    def __init__(self):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(1, 32, 3, padding=1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3, padding=1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-        )
-        self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10)
-        )
-
-    def forward(self, x):
-        return self.classifier(self.features(x))
+    spec = importlib.util.spec_from_file_location("train_with_loaderlab", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def train(batches):
     torch.manual_seed(0)
-    model = SmallCNN()
+    model = example().SmallCNN()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     losses = []
     for images, labels in batches:
@@ -425,11 +415,10 @@ def test_the_report_gives_the_replacement_as_code_and_it_builds_the_native_batch
 
 @pytest.mark.parametrize("which", ["loaderlab", "dataloader"])
 def test_the_example_trains_and_its_trace_is_diagnosed(tmp_path, which):
-    example = Path(__file__).resolve().parents[2] / "examples" / "train_with_loaderlab.py"
     trace = tmp_path / "trace.json"
     args = ["--loader", which, "--synthetic", "512", "--batch-size", "64", "--workers", "2"]
     args += ["--warmup", "2", "--steps", "5", "--profile-steps", "4", "--trace", str(trace)]
-    done = subprocess.run([sys.executable, str(example), *args], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert f"{which}, 2 workers:" in done.stdout
     diagnosed = command("diagnose", str(trace), "--out", str(tmp_path / "d"), "--quiet")

@@ -14,16 +14,9 @@ pub(super) fn preview(
     condition: Option<&str>,
 ) -> Result<(), Failure> {
     let exp = load(file, overrides)?;
-    let chosen = match condition {
-        Some(name) => exp.conditions.iter().find(|c| c.name == name),
-        None => exp.conditions.first(),
-    };
-    let Some(chosen) = chosen else {
-        let names: Vec<&str> = exp.conditions.iter().map(|c| c.name.as_str()).collect();
-        return Err(Failure::Invalid(format!(
-            "no condition {condition:?}; the conditions are {names:?}"
-        )));
-    };
+    let chosen = exp
+        .condition(condition)
+        .map_err(|e| Failure::Invalid(format!("--condition {e}")))?;
     let out = g
         .out
         .clone()

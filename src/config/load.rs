@@ -112,6 +112,28 @@ pub struct Condition {
 }
 
 impl Experiment {
+    /// The condition named `name`, else (None) the first: the one `preview`, `tune` and the
+    /// Python module's `Loader` take. The error names the conditions there are.
+    pub fn condition(&self, name: Option<&str>) -> Result<&Condition, String> {
+        match name {
+            Some(name) => self
+                .conditions
+                .iter()
+                .find(|c| c.name == name)
+                .ok_or_else(|| {
+                    let names: Vec<&str> =
+                        self.conditions.iter().map(|c| c.name.as_str()).collect();
+                    format!(
+                        "{name:?} names no condition; the conditions are {}",
+                        names.join(", ")
+                    )
+                }),
+            None => {
+                (self.conditions.first()).ok_or_else(|| "the experiment has no condition".into())
+            }
+        }
+    }
+
     /// The results folder: `--out`, else `experiment.output`, else `reports/<name>`.
     pub fn output_dir(&self, out: Option<&Path>) -> PathBuf {
         if let Some(out) = out {

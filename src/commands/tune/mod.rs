@@ -92,23 +92,9 @@ pub fn tune(
     out: &Path,
     reporter: &'static dyn Reporter,
 ) -> Result<Tuned, TuneError> {
-    let condition = match &opts.condition {
-        Some(name) => exp
-            .conditions
-            .iter()
-            .find(|c| &c.name == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = exp.conditions.iter().map(|c| c.name.as_str()).collect();
-                TuneError::Invalid(format!(
-                    "--condition {name:?} names no condition; the conditions are {}",
-                    names.join(", ")
-                ))
-            })?,
-        None => exp
-            .conditions
-            .first()
-            .ok_or_else(|| TuneError::Invalid("the experiment has no condition".into()))?,
-    };
+    let condition = exp
+        .condition(opts.condition.as_deref())
+        .map_err(|e| TuneError::Invalid(format!("--condition {e}")))?;
     let trials_dir = PathBuf::from(format!("{}.trials", out.display()));
     std::fs::create_dir_all(&trials_dir).map_err(|source| TuneError::Write {
         path: trials_dir.clone(),
