@@ -363,6 +363,22 @@ def test_ctrl_c_raises_keyboard_interrupt_and_leaves_no_thread():
     assert before == after, f"threads before {before}, after {after}"
 
 
+def test_an_interpreter_that_exits_mid_pass_stops_the_workers_cleanly():
+    # Never closed, left mid-pass with batches still held: the atexit hook joins the workers.
+    script = textwrap.dedent(
+        """
+        import loaderlab
+        loader = loaderlab.Loader(dataset={"kind": "synthetic", "synthetic_size": 4096}, batch_size=32, workers=2)
+        held = [batch for _, batch in zip(range(5), loader)]
+        print("leaving", len(held), flush=True)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "leaving 5"
+    assert done.stderr == ""
+
+
 def test_the_command_is_the_binarys(run, tmp_path):
     file, _ = run
     assert command("validate", str(file)).returncode == 0
