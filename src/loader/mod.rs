@@ -445,7 +445,6 @@ impl Loader {
     /// tensor that shares its memory, in the Python module) and `spare` takes its place in the
     /// loader, so a batch kept for any time never holds the loader up. Pass a batch given back
     /// earlier as `spare` to reuse its buffer (a default `Batch` allocates at its first build).
-    /// Do not mix with [`Loader::next_batch`] on one loader.
     pub fn next_owned(&mut self, spare: Batch) -> Result<Batch, LoaderError> {
         match &mut self.mode {
             Mode::Serial { builder, next, .. } => {

@@ -225,16 +225,18 @@ impl Pool {
         Ok(self.lent.insert(batch))
     }
 
-    /// The next batch, given away; `spare` joins the free buffers in its place.
+    /// The next batch, given away; `spare` joins the free buffers in its place (with the
+    /// batch lent by `next`, if any).
     pub(super) fn next_owned(&mut self, spare: Batch) -> Result<Batch, LoaderError> {
-        self.receive(Some(spare))
+        let freed = self.lent.take().into_iter().chain([spare]);
+        self.receive(freed)
     }
 
-    /// Wait for the next batch in order, first putting `freed` (a buffer) back in the pool.
-    fn receive(&mut self, freed: Option<Batch>) -> Result<Batch, LoaderError> {
+    /// Wait for the next batch in order, first putting `freed` (buffers) back in the pool.
+    fn receive(&mut self, freed: impl IntoIterator<Item = Batch>) -> Result<Batch, LoaderError> {
         let k = self.next;
         let mut state = self.shared.lock();
-        if let Some(b) = freed {
+        for b in freed {
             state.free.push_back(b);
             if state.starved > 0 {
                 self.shared.freed.notify_one();

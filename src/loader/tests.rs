@@ -142,6 +142,22 @@ fn batches_taken_out_are_the_same_whether_kept_or_given_back() {
 }
 
 #[test]
+fn lending_and_taking_out_mix_on_one_loader() {
+    let serial = fingerprints(loader(0, true, 100), 12);
+    for workers in [0, 2] {
+        let mut l = loader(workers, true, 100);
+        let got: Vec<u64> = (0..12)
+            .map(|k| match k % 3 {
+                0 => l.next_batch().unwrap().fingerprint,
+                _ => l.next_owned(Batch::default()).unwrap().fingerprint,
+            })
+            .collect();
+        let want: Vec<u64> = serial.iter().map(|s| s.2).collect();
+        assert_eq!(got, want, "workers={workers}");
+    }
+}
+
+#[test]
 fn a_restart_at_an_epoch_gives_that_epochs_batches() {
     let serial = fingerprints(loader(0, true, 100), 20);
     for (workers, persistent) in [(0, true), (2, true), (2, false)] {
