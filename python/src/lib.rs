@@ -77,7 +77,7 @@ struct NativeLoader {
     batches_per_epoch: u64,
     batch_size: usize,
     images: usize,
-    /// The condition's resolved settings, as TOML (for `repr` and the report's code).
+    /// The condition's resolved settings (shown as TOML by the `settings` getter).
     settings: Settings,
     condition: String,
 }
