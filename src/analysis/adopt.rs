@@ -88,24 +88,23 @@ fn dataloader(s: &Settings) -> String {
 fn loader(s: &Settings) -> String {
     let l = &s.loader;
     let (ours, defaults) = (json(&s.dataset), json(&DatasetSection::default()));
-    let dataset: Vec<String> = match (&ours, &defaults) {
-        (Value::Object(ours), Value::Object(defaults)) => ours
-            .iter()
-            .filter(|(k, v)| matches!(k.as_str(), "kind" | "root") || defaults.get(*k) != Some(v))
-            .map(|(k, v)| format!("{}: {}", quoted(k), python(v)))
-            .collect(),
-        _ => Vec::new(),
-    };
+    let dataset =
+        match (&ours, &defaults) {
+            (Value::Object(ours), Value::Object(defaults)) => dict(ours.iter().filter(|(k, v)| {
+                matches!(k.as_str(), "kind" | "root") || defaults.get(*k) != Some(v)
+            })),
+            _ => "{}".into(),
+        };
     let transforms: Vec<String> = s
         .transforms
         .iter()
-        .map(|t| format!("        {},", op_first(json(t))))
+        .map(|t| format!("        {},", python(&json(t))))
         .collect();
     format!(
-        "loader = loaderlab.Loader(\n    dataset={{{}}},\n    transforms=[\n{}\n    ],\n    \
+        "loader = loaderlab.Loader(\n    dataset={},\n    transforms=[\n{}\n    ],\n    \
          batch_size={}, workers={}, prefetch_factor={}, shuffle={}, drop_last={},\n    \
          pin_memory={}, persistent_workers={}, seed={},\n)",
-        dataset.join(", "),
+        dataset,
         transforms.join("\n"),
         l.batch_size,
         l.workers,
@@ -116,21 +115,6 @@ fn loader(s: &Settings) -> String {
         py_bool(l.persistent_workers),
         s.experiment.seed
     )
-}
-
-/// A transform as a dict literal, its `op` first as a file writes it.
-fn op_first(t: Value) -> String {
-    let Value::Object(mut map) = t else {
-        return python(&t);
-    };
-    let op = map
-        .remove("op")
-        .map(|op| format!("\"op\": {}", python(&op)));
-    let rest = map
-        .iter()
-        .map(|(k, v)| format!("{}: {}", quoted(k), python(v)));
-    let items: Vec<String> = op.into_iter().chain(rest).collect();
-    format!("{{{}}}", items.join(", "))
 }
 
 fn json(v: &impl Serialize) -> Value {
@@ -157,14 +141,20 @@ fn python(v: &Value) -> String {
             let items: Vec<String> = items.iter().map(python).collect();
             format!("[{}]", items.join(", "))
         }
-        Value::Object(map) => {
-            let items: Vec<String> = map
-                .iter()
-                .map(|(k, v)| format!("{}: {}", quoted(k), python(v)))
-                .collect();
-            format!("{{{}}}", items.join(", "))
-        }
+        // A transform's `op` first, as a file writes it.
+        Value::Object(map) => dict(
+            (map.get_key_value("op").into_iter()).chain(map.iter().filter(|(k, _)| *k != "op")),
+        ),
     }
+}
+
+/// Key-value pairs as a dict literal, in the order given.
+fn dict<'a>(items: impl IntoIterator<Item = (&'a String, &'a Value)>) -> String {
+    let items: Vec<String> = items
+        .into_iter()
+        .map(|(k, v)| format!("{}: {}", quoted(k), python(v)))
+        .collect();
+    format!("{{{}}}", items.join(", "))
 }
 
 #[cfg(test)]
