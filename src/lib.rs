@@ -32,14 +32,14 @@ pub mod spans;
 // pipeline.
 pub mod transforms;
 
+// Datasets: each kind in a file of its own behind one trait, and the `[dataset]` section.
+pub mod data;
+
 // The experiment file: schema, layering, matrix expansion, checks.
 pub mod config;
 
 // The runs in order.
 pub mod plan;
-
-// Datasets behind one trait.
-pub mod data;
 
 // Batches from worker threads.
 pub mod loader;

@@ -18,7 +18,7 @@ fn settings(kind: DatasetKind, root: &Path, split: Split) -> Settings {
 }
 
 fn open(s: &Settings) -> Result<std::sync::Arc<dyn Dataset>, String> {
-    data::open(s, true).map_err(|e| e.to_string())
+    data::open(&s.dataset, s.experiment.seed, true).map_err(|e| e.to_string())
 }
 
 #[test]

@@ -316,7 +316,10 @@ fn mnist_and_cifar10_downloads_check_their_published_checksums() {
         s.dataset.kind = kind;
         s.dataset.root = root.path().display().to_string();
         s.dataset.mirrors = vec![format!("{}/{mirror}/", server.base)];
-        let err = loaderlab::data::open(&s, true).err().unwrap().to_string();
+        let err = loaderlab::data::open(&s.dataset, s.experiment.seed, true)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
             err.contains(&format!("{}/{mirror}/{name}", server.base))
                 && err.contains("checksum mismatch")

@@ -280,7 +280,7 @@ fn synthetic_jpeg_decodes_in_the_loader_and_validates_in_an_experiment() {
     s.dataset.size = [60, 80];
     s.dataset.channels = 3;
     s.dataset.encoding = loaderlab::config::Encoding::Jpeg;
-    let d = data::open(&s, true).unwrap();
+    let d = data::open(&s.dataset, s.experiment.seed, true).unwrap();
     assert!(d.describe().contains("JPEG-encoded"), "{}", d.describe());
     let mut buf = Vec::new();
     assert_eq!(
@@ -289,7 +289,7 @@ fn synthetic_jpeg_decodes_in_the_loader_and_validates_in_an_experiment() {
     );
     // Close to the raw image it was encoded from (quality 75).
     s.dataset.encoding = loaderlab::config::Encoding::Raw;
-    let raw = data::open(&s, true).unwrap();
+    let raw = data::open(&s.dataset, s.experiment.seed, true).unwrap();
     let mut want = Vec::new();
     raw.read_image(3, &mut want).unwrap();
     let mean_error = buf
@@ -488,7 +488,7 @@ fn decoding_only_the_crop_changes_no_batch() {
         s.dataset.encoding = loaderlab::config::Encoding::Jpeg;
         for (roi, expected) in [(true, true), (false, false)] {
             s.dataset.roi_decode = roi;
-            let d = data::open(&s, true).unwrap();
+            let d = data::open(&s.dataset, s.experiment.seed, true).unwrap();
             let crop = |shape| pipeline.leading_crop(shape, 0, 1);
             let read = d.read_region(1, &mut buf, &crop).unwrap();
             assert_eq!(read.region.is_some(), expected, "roi_decode = {roi}");

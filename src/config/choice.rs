@@ -24,6 +24,11 @@ pub trait Choice: Serialize + Sized + 'static {
     }
 }
 
+/// The dataset kinds list themselves where they are registered (`data::kinds`).
+impl Choice for DatasetKind {
+    const ALL: &'static [Self] = DatasetKind::ALL;
+}
+
 macro_rules! choice {
     ($t:ident: $($v:ident),+) => {
         impl Choice for $t {
@@ -35,7 +40,6 @@ macro_rules! choice {
     };
 }
 
-choice!(DatasetKind: FashionMnist, Mnist, Cifar10, ImageFolder, Synthetic, Webdataset);
 choice!(ColorMode: Rgb, L);
 choice!(CacheMode: None, Encoded, Decoded);
 choice!(OnError: Fail, Skip);

@@ -25,4 +25,4 @@ pub use problem::{KeyPath, Location, Problem, Seg};
 pub use pytorch::reference_file;
 pub use resolved::resolved_toml;
 pub use schema::*;
-pub use validate::{check_settings, dataset_len, dataset_shape, fashion_mnist_len};
+pub use validate::{check_settings, dataset_len, dataset_shape};

@@ -3,8 +3,8 @@
 
 use super::problem::KeyPath;
 use super::schema::{
-    CacheMode, ColorMode, DatasetKind, DeviceKind, Encoding, Engine, ExperimentWide, ModelSection,
-    OptimizerKind, OptimizerSection, PageCache, Settings, Split, TransformSpec,
+    DeviceKind, Engine, ExperimentWide, ModelSection, OptimizerKind, OptimizerSection, PageCache,
+    Settings, TransformSpec,
 };
 use crate::net::{self, ModelInput};
 use crate::shape::ImageShape;
@@ -12,45 +12,12 @@ use crate::transforms::ops::{Reaching, chain_output, sets_size};
 
 /// The shape of the dataset's images, known from the settings alone.
 pub fn dataset_shape(s: &Settings) -> ImageShape {
-    let d = &s.dataset;
-    match d.kind {
-        DatasetKind::FashionMnist | DatasetKind::Mnist => ImageShape::GREY_28,
-        DatasetKind::Cifar10 => ImageShape::new(3, 32, 32),
-        // Sizes vary from image to image: 0 × 0 until an op fixes them.
-        DatasetKind::ImageFolder | DatasetKind::Webdataset => ImageShape::new(
-            match d.mode {
-                ColorMode::Rgb => 3,
-                ColorMode::L => 1,
-            },
-            0,
-            0,
-        ),
-        DatasetKind::Synthetic => {
-            ImageShape::new(d.channels as usize, d.size[0] as usize, d.size[1] as usize)
-        }
-    }
+    s.dataset.kind.spec().shape(&s.dataset)
 }
 
-/// FashionMNIST's and MNIST's split sizes.
-pub fn fashion_mnist_len(split: Split) -> u64 {
-    match split {
-        Split::Train => 60_000,
-        Split::Test => 10_000,
-    }
-}
-
-/// Number of images the configured dataset holds.
+/// Number of images the configured dataset holds (`u64::MAX`: known once opened).
 pub fn dataset_len(s: &Settings) -> u64 {
-    match s.dataset.kind {
-        DatasetKind::FashionMnist | DatasetKind::Mnist => fashion_mnist_len(s.dataset.split),
-        // Known only once the folder is listed; the loader checks a batch fits.
-        DatasetKind::ImageFolder | DatasetKind::Webdataset => u64::MAX,
-        DatasetKind::Cifar10 => match s.dataset.split {
-            Split::Train => 50_000,
-            Split::Test => 10_000,
-        },
-        DatasetKind::Synthetic => s.dataset.synthetic_size,
-    }
+    s.dataset.kind.spec().len(&s.dataset)
 }
 
 /// Every problem with one condition's settings.
@@ -126,11 +93,8 @@ fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             "emulated storage has no twin in a torch DataLoader".into(),
         );
     }
-    if s.dataset.kind == DatasetKind::Webdataset {
-        refuse(
-            KeyPath::keys(["dataset", "kind"]),
-            "webdataset shards are not read yet (bring your own with [pytorch] dataset)".into(),
-        );
+    if let Some(why) = s.dataset.kind.spec().not_in_pytorch() {
+        refuse(KeyPath::keys(["dataset", "kind"]), why.into());
     }
 }
 
@@ -153,15 +117,8 @@ fn check_storage(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let mut bad = |path: KeyPath, message: String| out.push((path, message));
     let key = |section: &str, name: &str| KeyPath::keys([section, name]);
     let st = &s.dataset.storage;
-    let per_file = (s.dataset.kind == DatasetKind::ImageFolder
-        && s.dataset.cache == CacheMode::None)
-        || s.dataset.kind == DatasetKind::Webdataset;
-    let encoded = matches!(
-        s.dataset.kind,
-        DatasetKind::ImageFolder | DatasetKind::Webdataset
-    ) || (s.dataset.kind == DatasetKind::Synthetic
-        && s.dataset.encoding != Encoding::Raw);
-    if st.emulated() && !encoded {
+    let storing = s.dataset.kind.spec().storing(&s.dataset);
+    if st.emulated() && !storing.encoded {
         bad(
             KeyPath::keys(["dataset", "storage"]),
             "emulated storage applies to images read one by one as encoded files: an image \
@@ -179,7 +136,7 @@ fn check_storage(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             ),
         );
     }
-    if s.dataset.page_cache != PageCache::AsIs && !per_file {
+    if s.dataset.page_cache != PageCache::AsIs && !storing.per_file {
         bad(
             key("dataset", "page_cache"),
             "\"warm\" and \"cold\" apply to an image folder read per sample (kind = \
@@ -195,57 +152,13 @@ fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     check_storage(s, out);
     let mut bad = |path: KeyPath, message: String| out.push((path, message));
     let key = |section: &str, name: &str| KeyPath::keys([section, name]);
-    if s.dataset.kind == DatasetKind::Synthetic {
-        if !(1..=100).contains(&s.dataset.quality) {
-            bad(
-                key("dataset", "quality"),
-                format!(
-                    "expected a JPEG quality from 1 to 100, found {}",
-                    s.dataset.quality
-                ),
-            );
-        }
-        if s.dataset.synthetic_size == 0 {
-            bad(
-                key("dataset", "synthetic_size"),
-                "expected at least 1 image, found 0".into(),
-            );
-        }
-        if !(2..=256).contains(&s.dataset.synthetic_classes) {
-            bad(
-                key("dataset", "synthetic_classes"),
-                format!(
-                    "expected 2 to 256 classes, found {}",
-                    s.dataset.synthetic_classes
-                ),
-            );
-        }
-        let [h, w] = s.dataset.size;
-        if !(1..=8192).contains(&h) || !(1..=8192).contains(&w) {
-            bad(
-                key("dataset", "size"),
-                format!("expected [height, width], each 1 to 8192 pixels, found [{h}, {w}]"),
-            );
-        }
-        if !matches!(s.dataset.channels, 1 | 3) {
-            bad(
-                key("dataset", "channels"),
-                format!("expected 1 (grey) or 3 (RGB), found {}", s.dataset.channels),
-            );
-        }
-    }
-    let downloads = !matches!(
-        s.dataset.kind,
-        DatasetKind::Synthetic | DatasetKind::ImageFolder | DatasetKind::Webdataset
-    );
-    if s.dataset.kind == DatasetKind::Webdataset && s.dataset.shards.is_empty() {
-        bad(
-            key("dataset", "shards"),
-            "kind = \"webdataset\" reads the tar shards listed here (paths or brace patterns \
-             such as \"train-{000000..000009}.tar\", relative to dataset.root)"
-                .to_string(),
-        );
-    }
+    s.dataset
+        .kind
+        .spec()
+        .check(&s.dataset, &mut |name, message| {
+            bad(key("dataset", name), message)
+        });
+    let downloads = s.dataset.kind.spec().downloads();
     if downloads && s.dataset.download {
         for (i, m) in s.dataset.mirrors.iter().enumerate() {
             if !(m.starts_with("http://") || m.starts_with("https://")) {

@@ -10,8 +10,8 @@ use std::io::Cursor;
 
 use image::{DynamicImage, ImageFormat};
 
+use super::ColorMode;
 use super::{CropBox, ImageShape, Read, Region};
-use crate::config::ColorMode;
 
 /// The formats this build decodes, by lowercase file extension.
 pub const EXTENSIONS: [&str; 4] = ["jpg", "jpeg", "png", "bmp"];

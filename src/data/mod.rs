@@ -1,34 +1,34 @@
-//! Datasets: where the 8-bit images and their labels come from.
+//! Datasets: where the 8-bit images and their labels come from. Each kind (`dataset.kind`)
+//! lives in [`kinds`], in a file of its own, registered there once.
 //!
 //! Invariant: a dataset is immutable once opened and `image_into(i)` always yields the same
 //! pixels for the same `i`, from any thread, so every loader condition sees the same data.
 //! Pixels are planar (CHW, [`crate::shape`]), every image of a dataset has its `shape()`.
 
-mod cifar;
 mod decode;
 mod download;
-mod folder;
 mod idx;
-mod mnist;
+pub mod kinds;
 pub mod page_cache;
+mod section;
 pub mod storage;
-mod synthetic;
-pub mod webdataset;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use cifar::{CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_SHAPE, Cifar10, unpack as unpack_cifar};
-pub use decode::{EXTENSIONS, decode, decode_region, encode};
-pub use download::{FileSpec, Mirrors};
-pub use folder::ImageFolder;
-pub use idx::{IdxArray, read_idx, write_idx};
-pub use mnist::{FASHION_MNIST, IdxFamily, MNIST, Mnist, ensure_files};
-pub use synthetic::{EncodedSynthetic, Synthetic};
-
-use crate::config::{DatasetKind, Encoding, Settings, StorageSection};
 pub use crate::shape::ImageShape;
 pub use crate::transforms::CropBox;
+pub use decode::{EXTENSIONS, decode, decode_region, encode};
+pub use download::{FileSpec, Mirrors};
+pub use idx::{IdxArray, read_idx, write_idx};
+pub use kinds::{
+    CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_SHAPE, Cifar10, DatasetKind, EncodedSynthetic, FASHION_MNIST,
+    IdxFamily, ImageFolder, Kind, MNIST, Mnist, Storing, Synthetic, ensure_files, unpack_cifar,
+    webdataset,
+};
+pub use section::{
+    CacheMode, ColorMode, DatasetSection, Encoding, OnError, PageCache, Split, StorageSection,
+};
 
 /// The part of an image a sample keeps, given the image's shape: the crop of a leading
 /// RandomResizedCrop (`None`: the whole image). See [`Dataset::read_region`].
@@ -277,11 +277,8 @@ pub enum DataError {
 
 /// Open the dataset the settings name, downloading its files if allowed, behind its emulated
 /// storage when `[dataset.storage]` asks for one.
-pub fn open(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataError> {
-    Ok(stored(
-        open_local(settings, quiet)?,
-        &settings.dataset.storage,
-    ))
+pub fn open(d: &DatasetSection, seed: u64, quiet: bool) -> Result<Arc<dyn Dataset>, DataError> {
+    Ok(stored(open_local(d, seed, quiet)?, &d.storage))
 }
 
 /// `dataset` behind emulated storage of its own when `storage` asks for any; as it is
@@ -298,43 +295,17 @@ pub fn stored(dataset: Arc<dyn Dataset>, storage: &StorageSection) -> Arc<dyn Da
 }
 
 /// As [`open`], without the emulated storage (`[dataset.storage]` is not read).
-pub fn open_local(settings: &Settings, quiet: bool) -> Result<Arc<dyn Dataset>, DataError> {
-    let d = &settings.dataset;
+pub fn open_local(
+    d: &DatasetSection,
+    seed: u64,
+    quiet: bool,
+) -> Result<Arc<dyn Dataset>, DataError> {
     let mirrors = Mirrors {
         bases: d.mirrors.clone(),
         download: d.download,
         quiet,
     };
-    let root = std::path::Path::new(&d.root);
-    let dataset: Arc<dyn Dataset> = match d.kind {
-        DatasetKind::FashionMnist => Arc::new(Mnist::open(FASHION_MNIST, root, d.split, &mirrors)?),
-        DatasetKind::Mnist => Arc::new(Mnist::open(MNIST, root, d.split, &mirrors)?),
-        DatasetKind::Cifar10 => Arc::new(Cifar10::open(root, d.split, &mirrors)?),
-        DatasetKind::ImageFolder => Arc::new(ImageFolder::open(root, d.mode, d.cache, d.on_error)?),
-        DatasetKind::Webdataset => Arc::new(webdataset::WebDataset::open(
-            root,
-            &d.shards,
-            d.mode,
-            d.on_error,
-            d.shuffle_buffer as usize,
-        )?),
-        DatasetKind::Synthetic => {
-            let shape = crate::config::dataset_shape(settings);
-            let (len, classes) = (d.synthetic_size as usize, d.synthetic_classes as usize);
-            let seed = settings.experiment.seed;
-            match d.encoding {
-                Encoding::Raw => Arc::new(Synthetic::with_shape(len, classes, shape, seed)),
-                Encoding::Jpeg => Arc::new(EncodedSynthetic::new(
-                    Synthetic::with_shape(len, classes, shape, seed),
-                    Some(d.quality as u8),
-                )),
-                Encoding::Png => Arc::new(EncodedSynthetic::new(
-                    Synthetic::with_shape(len, classes, shape, seed),
-                    None,
-                )),
-            }
-        }
-    };
+    let dataset = d.kind.spec().open(d, seed, &mirrors)?;
     Ok(if d.roi_decode {
         dataset
     } else {
@@ -367,10 +338,10 @@ impl Adapt for WholeImages {
 
 /// The shape of a dataset whose images differ in size (a folder's, a shard's): its channels,
 /// 0 × 0 until an op fixes the size.
-pub(crate) fn varying_shape(mode: crate::config::ColorMode) -> ImageShape {
+pub(crate) fn varying_shape(mode: ColorMode) -> ImageShape {
     let channels = match mode {
-        crate::config::ColorMode::Rgb => 3,
-        crate::config::ColorMode::L => 1,
+        ColorMode::Rgb => 3,
+        ColorMode::L => 1,
     };
     ImageShape::new(channels, 0, 0)
 }
@@ -390,7 +361,7 @@ pub(crate) fn read_into(d: &dyn Dataset, index: usize, buf: &mut [u8]) {
 pub(crate) fn read_or_skip(
     len: usize,
     index: usize,
-    on_error: crate::config::OnError,
+    on_error: OnError,
     skipped: &std::sync::atomic::AtomicU64,
     mut read: impl FnMut(usize) -> Result<Read, DataError>,
     none: impl FnOnce() -> DataError,
@@ -404,7 +375,7 @@ pub(crate) fn read_or_skip(
                 }
                 return Ok(r);
             }
-            Err(e) if on_error == crate::config::OnError::Skip => {
+            Err(e) if on_error == OnError::Skip => {
                 first_error.get_or_insert(e);
             }
             Err(e) => return Err(e),

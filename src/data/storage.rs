@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::StorageSection;
 use super::{Adapt, Adapted, Dataset, StorageHints};
-use crate::config::StorageSection;
 
 /// The emulated device behind the dataset.
 pub struct Storage {

@@ -34,7 +34,7 @@ impl DataSetup {
     pub fn open(settings: &Settings, quiet: bool) -> Result<DataSetup, DataError> {
         Ok(Self::with_dataset(
             settings,
-            data::open_local(settings, quiet)?,
+            data::open_local(&settings.dataset, settings.experiment.seed, quiet)?,
         ))
     }
 
@@ -346,7 +346,7 @@ impl Setups {
         let dataset = match self.datasets.iter().find(|(d, _)| *d == local_key) {
             Some((_, ds)) => Arc::clone(ds),
             None => {
-                let ds = data::open_local(opened, quiet)?;
+                let ds = data::open_local(&opened.dataset, opened.experiment.seed, quiet)?;
                 self.datasets.push((local_key, Arc::clone(&ds)));
                 ds
             }

@@ -7,7 +7,6 @@ use std::path::Path;
 
 use super::super::RunError;
 use super::super::setup::Setup;
-use crate::config::DatasetKind;
 use crate::train::QUEUE_DEPTH;
 
 /// The condition as the child builds it: the dataset over the same bytes as the native engine
@@ -34,40 +33,16 @@ pub(super) fn spec(
             .then(|| absolute(&s.pytorch.worker_init_fn)),
         "base": "",
     });
-    let train = d.split == crate::config::Split::Train;
-    // torchvision's MNIST classes want all four files uncompressed in <root>/<name>/raw/;
-    // where loaderlab holds only what it read (one split, or gzipped), the child gets the same
-    // pixels as raw bytes instead.
-    let idx_files = |family: crate::data::IdxFamily| {
-        let raw = family.raw_dir(Path::new(&d.root));
-        family
-            .train
-            .iter()
-            .chain(&family.test)
-            .all(|f| raw.join(f.name).is_file())
-    };
-    let dataset = match d.kind {
-        _ if super::super::setup::users_dataset(s).is_some() => serde_json::json!({
+    let dataset = if super::super::setup::users_dataset(s).is_some() {
+        serde_json::json!({
             "kind": "user",
             "function": absolute(&s.pytorch.dataset),
             "base": "",
-        }),
-        DatasetKind::FashionMnist if idx_files(crate::data::FASHION_MNIST) => {
-            serde_json::json!({"kind": "fashion_mnist", "root": d.root, "train": train})
-        }
-        DatasetKind::Mnist if idx_files(crate::data::MNIST) => {
-            serde_json::json!({"kind": "mnist", "root": d.root, "train": train})
-        }
-        DatasetKind::FashionMnist | DatasetKind::Mnist => raw_images(setup, data_dir)?,
-        DatasetKind::Cifar10 => {
-            serde_json::json!({"kind": "cifar10", "root": d.root, "train": train})
-        }
-        DatasetKind::ImageFolder => serde_json::json!({
-            "kind": "image_folder",
-            "root": d.root,
-            "mode": match d.mode { crate::config::ColorMode::L => "L", crate::config::ColorMode::Rgb => "RGB" },
-        }),
-        DatasetKind::Synthetic | DatasetKind::Webdataset => raw_images(setup, data_dir)?,
+        })
+    } else if let Some(twin) = d.kind.spec().torchvision(d) {
+        twin
+    } else {
+        raw_images(setup, data_dir)?
     };
     let l = &s.loader;
     Ok(serde_json::json!({

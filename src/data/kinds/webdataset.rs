@@ -14,15 +14,17 @@ use std::fs::File;
 use std::io::Read as _;
 use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::decode::decode_region;
-use super::{DataError, Dataset, ImageShape, Read, Region, StorageHints};
-use crate::config::{ColorMode, OnError};
+use super::{Kind, Storing};
+use crate::data::decode::decode_region;
+use crate::data::{ColorMode, DatasetSection, Mirrors, OnError};
+use crate::data::{DataError, Dataset, ImageShape, Read, Region, StorageHints};
 
 /// One sample: where its image lies and its label.
 struct Member {
@@ -31,6 +33,47 @@ struct Member {
     len: u64,
     label: u8,
     key: String,
+}
+
+/// `dataset.kind = "webdataset"`: the tar shards of `dataset.shards`, images of any size.
+pub struct WebDatasetKind;
+
+pub static WEBDATASET_KIND: WebDatasetKind = WebDatasetKind;
+
+impl Kind for WebDatasetKind {
+    fn storing(&self, _d: &DatasetSection) -> Storing {
+        Storing {
+            encoded: true,
+            per_file: true,
+        }
+    }
+    fn check(&self, d: &DatasetSection, bad: &mut dyn FnMut(&'static str, String)) {
+        if d.shards.is_empty() {
+            bad(
+                "shards",
+                "kind = \"webdataset\" reads the tar shards listed here (paths or brace \
+                 patterns such as \"train-{000000..000009}.tar\", relative to dataset.root)"
+                    .to_string(),
+            );
+        }
+    }
+    fn not_in_pytorch(&self) -> Option<&'static str> {
+        Some("webdataset shards are not read yet (bring your own with [pytorch] dataset)")
+    }
+    fn open(
+        &self,
+        d: &DatasetSection,
+        _seed: u64,
+        _mirrors: &Mirrors,
+    ) -> Result<Arc<dyn Dataset>, DataError> {
+        Ok(Arc::new(WebDataset::open(
+            Path::new(&d.root),
+            &d.shards,
+            d.mode,
+            d.on_error,
+            d.shuffle_buffer as usize,
+        )?))
+    }
 }
 
 pub struct WebDataset {
@@ -251,10 +294,10 @@ impl Dataset for WebDataset {
         self.samples[index].label
     }
     fn shape(&self) -> ImageShape {
-        super::varying_shape(self.mode)
+        crate::data::varying_shape(self.mode)
     }
     fn image_into(&self, index: usize, buf: &mut [u8]) {
-        super::read_into(self, index, buf)
+        crate::data::read_into(self, index, buf)
     }
     fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {
         self.read_region(index, buf, &|_| None).map(|r| r.shape)
@@ -265,7 +308,7 @@ impl Dataset for WebDataset {
         buf: &mut Vec<u8>,
         region: Region,
     ) -> Result<Read, DataError> {
-        super::read_or_skip(
+        crate::data::read_or_skip(
             self.samples.len(),
             index,
             self.on_error,

@@ -11,11 +11,48 @@
 //! one in every condition) and counts it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::decode::{EXTENSIONS, UNSUPPORTED, decode_region};
-use super::{DataError, Dataset, ImageShape, Read, Region, StorageHints};
-use crate::config::{CacheMode, ColorMode, OnError};
+use super::{Kind, Storing};
+use crate::data::decode::{EXTENSIONS, UNSUPPORTED, decode_region};
+use crate::data::{CacheMode, ColorMode, DatasetSection, Mirrors, OnError};
+use crate::data::{DataError, Dataset, ImageShape, Read, Region, StorageHints};
+
+/// `dataset.kind = "image_folder"`: images of any size, listed when opened.
+pub struct ImageFolderKind;
+
+pub static IMAGE_FOLDER_KIND: ImageFolderKind = ImageFolderKind;
+
+impl Kind for ImageFolderKind {
+    fn storing(&self, d: &DatasetSection) -> Storing {
+        Storing {
+            encoded: true,
+            per_file: d.cache == CacheMode::None,
+        }
+    }
+    fn open(
+        &self,
+        d: &DatasetSection,
+        _seed: u64,
+        _mirrors: &Mirrors,
+    ) -> Result<Arc<dyn Dataset>, DataError> {
+        let root = Path::new(&d.root);
+        Ok(Arc::new(ImageFolder::open(
+            root, d.mode, d.cache, d.on_error,
+        )?))
+    }
+    fn torchvision(&self, d: &DatasetSection) -> Option<serde_json::Value> {
+        Some(serde_json::json!({
+            "kind": "image_folder",
+            "root": d.root,
+            "mode": match d.mode {
+                ColorMode::L => "L",
+                ColorMode::Rgb => "RGB",
+            },
+        }))
+    }
+}
 
 pub struct ImageFolder {
     root: PathBuf,
@@ -189,7 +226,7 @@ impl ImageFolder {
                 "{} is not a folder: dataset.kind = \"image_folder\" reads root/<class>/<image> \
                  (torchvision's ImageFolder layout). {}",
                 root.display(),
-                super::TRY_SYNTHETIC
+                crate::data::TRY_SYNTHETIC
             )));
         }
         let classes = class_folders(root)?;
@@ -262,7 +299,7 @@ impl ImageFolder {
         out: &mut Vec<u8>,
         region: Region,
     ) -> Result<Read, DataError> {
-        super::read_or_skip(
+        crate::data::read_or_skip(
             self.samples.len(),
             index,
             self.on_error,
@@ -291,10 +328,10 @@ impl Dataset for ImageFolder {
         self.samples[index].1
     }
     fn shape(&self) -> ImageShape {
-        super::varying_shape(self.mode)
+        crate::data::varying_shape(self.mode)
     }
     fn image_into(&self, index: usize, buf: &mut [u8]) {
-        super::read_into(self, index, buf)
+        crate::data::read_into(self, index, buf)
     }
     fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {
         if let Some(all) = &self.decoded {

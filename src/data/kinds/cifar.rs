@@ -12,10 +12,12 @@
 
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
-use super::download::{download, md5_hex};
-use super::{DataError, Dataset, FileSpec, ImageShape, Mirrors, StorageHints};
-use crate::config::Split;
+use super::Kind;
+use crate::data::download::{download, md5_hex};
+use crate::data::{DataError, Dataset, FileSpec, ImageShape, Mirrors, StorageHints};
+use crate::data::{DatasetSection, Split};
 
 /// 3×32×32, planar.
 pub const CIFAR_SHAPE: ImageShape = ImageShape::new(3, 32, 32);
@@ -48,6 +50,47 @@ fn split_files(split: Split) -> &'static [&'static str] {
     }
 }
 
+/// `dataset.kind = "cifar10"`: 50,000 training or 10,000 test images, 3 × 32 × 32.
+pub struct Cifar10Kind;
+
+pub static CIFAR10_KIND: Cifar10Kind = Cifar10Kind;
+
+impl Kind for Cifar10Kind {
+    fn shape(&self, _d: &DatasetSection) -> ImageShape {
+        CIFAR_SHAPE
+    }
+    fn len(&self, d: &DatasetSection) -> u64 {
+        (split_files(d.split).len() * PER_FILE) as u64
+    }
+    fn downloads(&self) -> bool {
+        true
+    }
+    fn open(
+        &self,
+        d: &DatasetSection,
+        _seed: u64,
+        mirrors: &Mirrors,
+    ) -> Result<Arc<dyn Dataset>, DataError> {
+        Ok(Arc::new(Cifar10::open(
+            Path::new(&d.root),
+            d.split,
+            mirrors,
+        )?))
+    }
+    /// torchvision's CIFAR10 reads the Python version (`cifar-10-batches-py/`, the same images
+    /// in the same order); where only the binary version lies, the child reads the bytes.
+    fn torchvision(&self, d: &DatasetSection) -> Option<serde_json::Value> {
+        let python = Path::new(&d.root).join("cifar-10-batches-py");
+        python.is_dir().then(|| {
+            serde_json::json!({
+                "kind": "cifar10",
+                "root": d.root,
+                "train": d.split == Split::Train,
+            })
+        })
+    }
+}
+
 /// CIFAR-10 held in memory: images planar, labels 0–9.
 pub struct Cifar10 {
     images: Vec<u8>,
@@ -63,7 +106,7 @@ impl Cifar10 {
             fetch_archive(root, mirrors)?;
         }
         let n = files.len() * PER_FILE;
-        let mut images = super::with_large_pages(n * CIFAR_SHAPE.len());
+        let mut images = crate::data::with_large_pages(n * CIFAR_SHAPE.len());
         let mut labels = Vec::with_capacity(n);
         for name in files {
             let path = dir.join(name);
@@ -133,7 +176,7 @@ impl Dataset for Cifar10 {
 impl StorageHints for Cifar10 {
     fn prefetch(&self, index: usize) {
         let n = CIFAR_SHAPE.len();
-        super::prefetch_bytes(&self.images[index * n..(index + 1) * n]);
+        crate::data::prefetch_bytes(&self.images[index * n..(index + 1) * n]);
     }
 }
 

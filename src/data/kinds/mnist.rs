@@ -5,10 +5,12 @@
 //! renamed into place only when complete and verified.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use super::download::{download, md5_hex};
-use super::{DataError, Dataset, FileSpec, ImageShape, Mirrors, StorageHints, read_idx};
-use crate::config::{Split, fashion_mnist_len};
+use super::Kind;
+use crate::data::download::{download, md5_hex};
+use crate::data::{DataError, Dataset, FileSpec, ImageShape, Mirrors, StorageHints, read_idx};
+use crate::data::{DatasetSection, Split};
 
 const IMAGE_SIDE: usize = 28;
 const IMAGE_PIXELS: usize = IMAGE_SIDE * IMAGE_SIDE;
@@ -179,7 +181,72 @@ impl Dataset for Mnist {
 
 impl StorageHints for Mnist {
     fn prefetch(&self, index: usize) {
-        super::prefetch_bytes(&self.images[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]);
+        crate::data::prefetch_bytes(&self.images[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]);
+    }
+}
+
+/// FashionMNIST's and MNIST's split sizes.
+pub fn fashion_mnist_len(split: Split) -> u64 {
+    match split {
+        Split::Train => 60_000,
+        Split::Test => 10_000,
+    }
+}
+
+/// `dataset.kind = "fashion_mnist"` or `"mnist"`: a family of IDX files, 28 × 28 grey.
+pub struct IdxKind {
+    family: IdxFamily,
+    /// The child's word for torchvision's class.
+    torchvision: &'static str,
+}
+
+pub static FASHION_MNIST_KIND: IdxKind = IdxKind {
+    family: FASHION_MNIST,
+    torchvision: "fashion_mnist",
+};
+
+pub static MNIST_KIND: IdxKind = IdxKind {
+    family: MNIST,
+    torchvision: "mnist",
+};
+
+impl Kind for IdxKind {
+    fn shape(&self, _d: &DatasetSection) -> ImageShape {
+        ImageShape::GREY_28
+    }
+    fn len(&self, d: &DatasetSection) -> u64 {
+        fashion_mnist_len(d.split)
+    }
+    fn downloads(&self) -> bool {
+        true
+    }
+    fn open(
+        &self,
+        d: &DatasetSection,
+        _seed: u64,
+        mirrors: &Mirrors,
+    ) -> Result<Arc<dyn Dataset>, DataError> {
+        Ok(Arc::new(Mnist::open(
+            self.family,
+            Path::new(&d.root),
+            d.split,
+            mirrors,
+        )?))
+    }
+    /// torchvision's MNIST classes want all four files uncompressed in `<root>/<name>/raw/`;
+    /// where loaderlab holds only what it read (one split, or gzipped), the child reads the
+    /// same pixels as raw bytes instead.
+    fn torchvision(&self, d: &DatasetSection) -> Option<serde_json::Value> {
+        let raw = self.family.raw_dir(Path::new(&d.root));
+        let all =
+            (self.family.train.iter().chain(&self.family.test)).all(|f| raw.join(f.name).is_file());
+        all.then(|| {
+            serde_json::json!({
+                "kind": self.torchvision,
+                "root": d.root,
+                "train": d.split == Split::Train,
+            })
+        })
     }
 }
 

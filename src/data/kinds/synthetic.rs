@@ -5,7 +5,12 @@
 //! (FashionMNIST's `image_into` is a copy); a loader benchmark on synthetic data then measures
 //! the loader and the transforms, not the generator. Larger datasets render on every read.
 
-use super::{Dataset, ImageShape, StorageHints};
+use std::sync::Arc;
+
+use super::{Kind, Storing};
+use crate::data::{
+    DataError, Dataset, DatasetSection, Encoding, ImageShape, Mirrors, StorageHints,
+};
 use crate::hash::splitmix;
 
 /// Datasets up to this many bytes (250 000 FashionMNIST-sized images) are rendered once, at
@@ -14,6 +19,76 @@ pub const PRERENDER_MAX_BYTES: usize = 250_000 * 784;
 
 /// The size the strokes were designed at; other sizes scale them.
 const DESIGN_SIDE: usize = 28;
+
+/// `dataset.kind = "synthetic"`: generated images of the declared size, raw or pre-encoded.
+pub struct SyntheticKind;
+
+pub static SYNTHETIC_KIND: SyntheticKind = SyntheticKind;
+
+impl Kind for SyntheticKind {
+    fn shape(&self, d: &DatasetSection) -> ImageShape {
+        ImageShape::new(d.channels as usize, d.size[0] as usize, d.size[1] as usize)
+    }
+    fn len(&self, d: &DatasetSection) -> u64 {
+        d.synthetic_size
+    }
+    fn storing(&self, d: &DatasetSection) -> Storing {
+        Storing {
+            encoded: d.encoding != Encoding::Raw,
+            per_file: false,
+        }
+    }
+    fn check(&self, d: &DatasetSection, bad: &mut dyn FnMut(&'static str, String)) {
+        if !(1..=100).contains(&d.quality) {
+            let found = d.quality;
+            bad(
+                "quality",
+                format!("expected a JPEG quality from 1 to 100, found {found}"),
+            );
+        }
+        if d.synthetic_size == 0 {
+            bad(
+                "synthetic_size",
+                "expected at least 1 image, found 0".into(),
+            );
+        }
+        if !(2..=256).contains(&d.synthetic_classes) {
+            let found = d.synthetic_classes;
+            bad(
+                "synthetic_classes",
+                format!("expected 2 to 256 classes, found {found}"),
+            );
+        }
+        let [h, w] = d.size;
+        if !(1..=8192).contains(&h) || !(1..=8192).contains(&w) {
+            bad(
+                "size",
+                format!("expected [height, width], each 1 to 8192 pixels, found [{h}, {w}]"),
+            );
+        }
+        if !matches!(d.channels, 1 | 3) {
+            let found = d.channels;
+            bad(
+                "channels",
+                format!("expected 1 (grey) or 3 (RGB), found {found}"),
+            );
+        }
+    }
+    fn open(
+        &self,
+        d: &DatasetSection,
+        seed: u64,
+        _mirrors: &Mirrors,
+    ) -> Result<Arc<dyn Dataset>, DataError> {
+        let (len, classes) = (d.synthetic_size as usize, d.synthetic_classes as usize);
+        let images = Synthetic::with_shape(len, classes, self.shape(d), seed);
+        Ok(match d.encoding {
+            Encoding::Raw => Arc::new(images),
+            Encoding::Jpeg => Arc::new(EncodedSynthetic::new(images, Some(d.quality as u8))),
+            Encoding::Png => Arc::new(EncodedSynthetic::new(images, None)),
+        })
+    }
+}
 
 pub struct Synthetic {
     len: usize,
@@ -51,7 +126,7 @@ impl Synthetic {
         };
         let bytes = len * shape.len();
         if bytes <= PRERENDER_MAX_BYTES {
-            let mut all = super::with_large_pages(bytes);
+            let mut all = crate::data::with_large_pages(bytes);
             all.resize(bytes, 0);
             for (i, img) in all.chunks_exact_mut(shape.len()).enumerate() {
                 s.render(i, img);
@@ -150,7 +225,7 @@ impl Dataset for Synthetic {
 impl StorageHints for Synthetic {
     fn prefetch(&self, index: usize) {
         if let Some(p) = self.pixels(index) {
-            super::prefetch_bytes(p);
+            crate::data::prefetch_bytes(p);
         }
     }
 }
@@ -217,7 +292,7 @@ impl EncodedSynthetic {
                 || vec![0u8; shape.len()],
                 |pixels, i| {
                     inner.image_into(i, pixels);
-                    super::decode::encode(pixels, shape, jpeg_quality)
+                    crate::data::decode::encode(pixels, shape, jpeg_quality)
                 },
             )
             .collect();
@@ -258,7 +333,11 @@ impl Dataset for EncodedSynthetic {
             Err(e) => panic!("{e}"),
         }
     }
-    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, super::DataError> {
+    fn read_image(
+        &self,
+        index: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<ImageShape, crate::data::DataError> {
         self.read_region(index, buf, &|_| None)
             .map(|read| read.shape)
     }
@@ -266,15 +345,15 @@ impl Dataset for EncodedSynthetic {
         &self,
         index: usize,
         buf: &mut Vec<u8>,
-        region: super::Region,
-    ) -> Result<super::Read, super::DataError> {
+        region: crate::data::Region,
+    ) -> Result<crate::data::Read, crate::data::DataError> {
         let mode = if self.inner.shape.channels == 1 {
-            crate::config::ColorMode::L
+            crate::data::ColorMode::L
         } else {
-            crate::config::ColorMode::Rgb
+            crate::data::ColorMode::Rgb
         };
-        super::decode::decode_region(&self.encoded[index], mode, region, buf)
-            .map_err(super::DataError::Mismatch)
+        crate::data::decode::decode_region(&self.encoded[index], mode, region, buf)
+            .map_err(crate::data::DataError::Mismatch)
     }
     fn classes(&self) -> usize {
         self.inner.classes
@@ -305,7 +384,7 @@ impl StorageHints for EncodedSynthetic {
     fn prefetch(&self, index: usize) {
         // The header and first scans; the decoder streams the rest.
         let bytes = &self.encoded[index];
-        super::prefetch_bytes(&bytes[..bytes.len().min(4096)]);
+        crate::data::prefetch_bytes(&bytes[..bytes.len().min(4096)]);
     }
 }
 
