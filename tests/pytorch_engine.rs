@@ -348,8 +348,11 @@ fn what_the_engine_does_not_run_yet_is_refused_naming_the_key_and_the_engine() {
         &file,
         r#"
 [dataset]
-kind = "webdataset"
-shards = ["a.tar"]
+kind = "synthetic"
+encoding = "jpeg"
+
+[dataset.storage]
+latency_ms = 5
 
 [loader]
 engine = "pytorch"
@@ -369,7 +372,7 @@ collate_fn = "collate"
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(output.status.code(), Some(2), "{text}");
-    for key in ["device.kind", "dataset.kind", "pytorch.collate_fn"] {
+    for key in ["device.kind", "dataset.storage", "pytorch.collate_fn"] {
         assert!(text.contains(key), "{key}: {text}");
     }
     assert!(text.contains("with loader.engine = \"pytorch\""), "{text}");
@@ -397,6 +400,114 @@ collate_fn = "collate"
         text.contains("native") && text.contains("pytorch"),
         "{text}"
     );
+}
+
+/// WebDataset shards in the DataLoader through the child's stream reader. The same 16 PNGs are
+/// members of two shards and files of an image folder, in the same order: with shuffle off at 0
+/// workers the shards give exactly the batches of torchvision's ImageFolder over the folder.
+/// With shuffle on (shard order and buffer drawn per epoch from the loader's seeded generator)
+/// every round gives the same batches at each worker count, and the profiled run times each
+/// item of the stream.
+#[test]
+fn webdataset_shards_stream_into_the_dataloader_with_the_folders_images() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    common::shards_and_folder(dir.path(), true);
+    let text = |dataset: &str, shuffle: bool, profile: bool| {
+        format!(
+            r#"
+[experiment]
+name = "wds"
+seed = 3
+
+[dataset]
+{dataset}
+
+[[transforms]]
+op = "center_crop"
+size = 16
+
+[[transforms]]
+op = "to_tensor"
+
+[loader]
+batch_size = 4
+engine = "pytorch"
+shuffle = {shuffle}
+
+[model]
+kind = "stand_in"
+step_ms = 1
+
+[pytorch]
+python = "{}"
+
+[protocol]
+warmup_steps = 3
+timed_steps = 6
+rounds = {rounds}
+profile = {profile}
+profile_steps = 3
+headroom = false
+
+[matrix]
+"loader.workers" = {workers}
+"#,
+            python.display(),
+            rounds = if shuffle { 2 } else { 1 },
+            workers = if dataset.contains("image_folder") {
+                "[0]"
+            } else {
+                "[0, 2]"
+            },
+        )
+    };
+    let shards = format!(
+        "kind = \"webdataset\"\nroot = \"{}\"\nshards = [\"part-{{000..001}}.tar\"]",
+        dir.path().join("shards").display()
+    );
+    let folder = format!(
+        "kind = \"image_folder\"\nroot = \"{}\"",
+        dir.path().join("folder").display()
+    );
+    let by_condition = |out: &Path| {
+        let r = json(&out.join("result.json"));
+        let d = &r["analysis"]["determinism"];
+        assert_eq!(d["inconsistent_conditions"], serde_json::json!([]), "{d}");
+        let text = std::fs::read_to_string(out.join("steps.csv")).unwrap();
+        let mut lines = text.lines();
+        let header = common::split_csv(lines.next().unwrap());
+        let at = |name: &str| header.iter().position(|h| h == name).unwrap();
+        let (c, round, f) = (at("condition"), at("round"), at("fingerprint"));
+        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        for row in lines.map(common::split_csv).filter(|r| r[round] == "0") {
+            match out.iter_mut().find(|(name, _)| *name == row[c]) {
+                Some((_, v)) => v.push(row[f].clone()),
+                None => out.push((row[c].clone(), vec![row[f].clone()])),
+            }
+        }
+        out
+    };
+    let a = common::run_experiment(dir.path(), "out_folder", &text(&folder, false, false));
+    let b = common::run_experiment(dir.path(), "out_shards", &text(&shards, false, false));
+    let (fa, fb) = (by_condition(&a), by_condition(&b));
+    assert_eq!(fa[0], fb[0], "0 workers, shuffle off: the folder's batches");
+    assert_eq!(fb[0].1.len(), 6);
+    // Two workers each stream their own shard: one class per batch, in turn.
+    assert_ne!(fa[0].1, fb[1].1, "split by worker");
+    let c = common::run_experiment(dir.path(), "shuffled", &text(&shards, true, true));
+    let fc = by_condition(&c);
+    assert_ne!(fc[0].1, fb[0].1, "the buffer shuffles");
+    let r = json(&c.join("result.json"));
+    for p in r["analysis"]["profiles"].as_array().unwrap() {
+        let stages: Vec<&str> = p["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["stage"].as_str())
+            .collect();
+        assert!(stages.contains(&"center_crop"), "{p}");
+    }
 }
 
 /// A plain DataLoader loop, written here independently of the engine's driver: the seed's chain

@@ -93,9 +93,6 @@ fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             "emulated storage has no twin in a torch DataLoader".into(),
         );
     }
-    if let Some(why) = s.dataset.kind.spec().not_in_pytorch() {
-        refuse(KeyPath::keys(["dataset", "kind"]), why.into());
-    }
 }
 
 /// `file.py:function`: a Python file and a function name.

@@ -98,3 +98,49 @@ pub fn split_csv(line: &str) -> Vec<String> {
     fields.push(cur);
     fields
 }
+
+/// Append one member to a shard.
+#[allow(dead_code)]
+pub fn put_member(shard: &mut tar::Builder<std::fs::File>, name: String, data: &[u8]) {
+    let mut h = tar::Header::new_gnu();
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    shard.append_data(&mut h, name, data).unwrap();
+}
+
+/// 16 PNGs, 8 per class, written both as an image folder (`folder/c0/000.png` …) and as two
+/// shards (`shards/part-000.tar` holds class 0, `part-001.tar` class 1), in the same order.
+#[allow(dead_code)]
+pub fn shards_and_folder(dir: &std::path::Path, label_every: bool) {
+    for class in 0..2u32 {
+        let folder = dir.join(format!("folder/c{class}"));
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::create_dir_all(dir.join("shards")).unwrap();
+        let tar = std::fs::File::create(dir.join(format!("shards/part-{class:03}.tar"))).unwrap();
+        let mut shard = tar::Builder::new(tar);
+        for i in 0..8u32 {
+            let img = image::RgbImage::from_fn(24, 20, |x, y| {
+                image::Rgb([
+                    (x * 9 + i * 7) as u8,
+                    (y * 11) as u8,
+                    (class * 120 + i) as u8,
+                ])
+            });
+            let mut png = Vec::new();
+            img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+                .unwrap();
+            std::fs::write(folder.join(format!("{i:03}.png")), &png).unwrap();
+            let key = format!("sample{class}{i:03}");
+            put_member(&mut shard, format!("{key}.png"), &png);
+            if label_every || i != 5 {
+                put_member(
+                    &mut shard,
+                    format!("{key}.cls"),
+                    class.to_string().as_bytes(),
+                );
+            }
+        }
+        shard.finish().unwrap();
+    }
+}

@@ -79,7 +79,7 @@ impl Kind for Cifar10Kind {
     }
     /// torchvision's CIFAR10 reads the Python version (`cifar-10-batches-py/`, the same images
     /// in the same order); where only the binary version lies, the child reads the bytes.
-    fn torchvision(&self, d: &DatasetSection) -> Option<serde_json::Value> {
+    fn pytorch_twin(&self, d: &DatasetSection) -> Option<serde_json::Value> {
         let python = Path::new(&d.root).join("cifar-10-batches-py");
         python.is_dir().then(|| {
             serde_json::json!({

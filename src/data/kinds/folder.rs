@@ -42,7 +42,7 @@ impl Kind for ImageFolderKind {
             root, d.mode, d.cache, d.on_error,
         )?))
     }
-    fn torchvision(&self, d: &DatasetSection) -> Option<serde_json::Value> {
+    fn pytorch_twin(&self, d: &DatasetSection) -> Option<serde_json::Value> {
         Some(serde_json::json!({
             "kind": "image_folder",
             "root": d.root,

@@ -236,7 +236,7 @@ impl Kind for IdxKind {
     /// torchvision's MNIST classes want all four files uncompressed in `<root>/<name>/raw/`;
     /// where loaderlab holds only what it read (one split, or gzipped), the child reads the
     /// same pixels as raw bytes instead.
-    fn torchvision(&self, d: &DatasetSection) -> Option<serde_json::Value> {
+    fn pytorch_twin(&self, d: &DatasetSection) -> Option<serde_json::Value> {
         let raw = self.family.raw_dir(Path::new(&d.root));
         let all =
             (self.family.train.iter().chain(&self.family.test)).all(|f| raw.join(f.name).is_file());

@@ -3,8 +3,8 @@
 //! A kind's file holds its reader (behind [`Dataset`]) and a [`Kind`], which answers every
 //! question the rest of loaderlab asks about the kind: the images' shape and number from the
 //! settings alone (validation), how they are stored (the storage checks), its own keys'
-//! checks, how to open it, and torchvision's class for it, if any (the pytorch engine's child;
-//! without one the child reads the very bytes the native reader holds).
+//! checks, how to open it, and how the pytorch engine's child reads the same files (torchvision's
+//! class, a reader of the child's, or by default the very bytes the native reader holds).
 //!
 //! To add a kind: write `kinds/foo.rs` with the reader and a `static FOO: FooKind`, then
 //! register it here: a `mod foo;` line and a `Foo => foo::FOO` line in `kinds!`. The word a
@@ -58,13 +58,11 @@ pub trait Kind: Sync {
         seed: u64,
         mirrors: &Mirrors,
     ) -> Result<Arc<dyn Dataset>, DataError>;
-    /// torchvision's own class over the same files, as the pytorch engine's child builds it
-    /// (`{"kind": …, …}`); `None`: the child reads the bytes the native reader holds.
-    fn torchvision(&self, _d: &DatasetSection) -> Option<serde_json::Value> {
-        None
-    }
-    /// Why the pytorch engine cannot read this kind, if it cannot.
-    fn not_in_pytorch(&self) -> Option<&'static str> {
+    /// How the pytorch engine's child reads the same files as this kind's reader: torchvision's
+    /// own class where it has one, or a reader of the child's (`{"kind": …, …}`, read by
+    /// `dataset_of` in `pytorch_driver.py`); `None`: the child reads the bytes the native
+    /// reader holds, one image after another.
+    fn pytorch_twin(&self, _d: &DatasetSection) -> Option<serde_json::Value> {
         None
     }
 }

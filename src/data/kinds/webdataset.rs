@@ -57,8 +57,23 @@ impl Kind for WebDatasetKind {
             );
         }
     }
-    fn not_in_pytorch(&self) -> Option<&'static str> {
-        Some("webdataset shards are not read yet (bring your own with [pytorch] dataset)")
+    /// The child's reader of the same shards: an IterableDataset split by worker, with the
+    /// shards' order and a shuffle buffer drawn per epoch, as the `webdataset` library reads.
+    fn pytorch_twin(&self, d: &DatasetSection) -> Option<serde_json::Value> {
+        let shards = shard_paths(Path::new(&d.root), &d.shards).ok()?;
+        let absolute: Vec<PathBuf> = shards
+            .iter()
+            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+            .collect();
+        Some(serde_json::json!({
+            "kind": "webdataset",
+            "shards": absolute,
+            "mode": match d.mode {
+                ColorMode::L => "L",
+                ColorMode::Rgb => "RGB",
+            },
+            "shuffle_buffer": d.shuffle_buffer,
+        }))
     }
     fn open(
         &self,
@@ -119,6 +134,17 @@ pub fn expand(pattern: &str) -> Result<Vec<String>, String> {
         .collect())
 }
 
+/// The shards `patterns` name, each expanded and taken relative to `root`.
+fn shard_paths(root: &Path, patterns: &[String]) -> Result<Vec<PathBuf>, String> {
+    let mut shards = Vec::new();
+    for p in patterns {
+        for s in expand(p)? {
+            shards.push(root.join(s));
+        }
+    }
+    Ok(shards)
+}
+
 impl WebDataset {
     pub fn open(
         root: &Path,
@@ -127,17 +153,7 @@ impl WebDataset {
         on_error: OnError,
         shuffle_buffer: usize,
     ) -> Result<WebDataset, DataError> {
-        let mut shards = Vec::new();
-        for p in patterns {
-            for s in expand(p).map_err(|m| bad(root, m))? {
-                let path = Path::new(&s);
-                shards.push(if path.is_absolute() {
-                    path.to_path_buf()
-                } else {
-                    root.join(path)
-                });
-            }
-        }
+        let shards = shard_paths(root, patterns).map_err(|m| bad(root, m))?;
         let mut files = Vec::new();
         let mut samples = Vec::new();
         let mut ranges = Vec::new();

@@ -39,7 +39,7 @@ pub(super) fn spec(
             "function": absolute(&s.pytorch.dataset),
             "base": "",
         })
-    } else if let Some(twin) = d.kind.spec().torchvision(d) {
+    } else if let Some(twin) = d.kind.spec().pytorch_twin(d) {
         twin
     } else {
         raw_images(setup, data_dir)?

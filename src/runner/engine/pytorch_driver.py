@@ -95,6 +95,32 @@ class ClockedItems:
         return item
 
 
+def clocked(dataset):
+    """`dataset` with each item's fetch timed: by index, or (an IterableDataset) as it streams."""
+    from torch.utils.data import IterableDataset
+
+    if not isinstance(dataset, IterableDataset):
+        return ClockedItems(dataset)
+
+    class ClockedStream(IterableDataset):
+        def __len__(self):
+            return len(dataset)
+
+        def __iter__(self):
+            it = iter(dataset)
+            while True:
+                t0, c0 = time.perf_counter_ns(), time.process_time_ns()
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+                if CLOCKS:
+                    clock("item", 1, time.perf_counter_ns() - t0, time.process_time_ns() - c0)
+                yield item
+
+    return ClockedStream()
+
+
 def clocked_collate(collate):
     """`collate` timed per batch; while the clocks run, a batch travels as (batch, the moment
     it was ready, the clocks of its build), read by the profiled run."""
@@ -238,6 +264,86 @@ class EncodedImages(StoredImages):
         return Image.open(io.BytesIO(raw)).convert(self.mode)
 
 
+def shards_dataset(d, shuffle, transform):
+    """WebDataset tar shards as a torch IterableDataset, read as the `webdataset` library reads
+    them: each worker takes every n-th shard (split by worker), streams its members in archive
+    order, groups `key.jpg|jpeg|png` with `key.cls` (the key: the path up to the file name's
+    first dot), with `shuffle` draws the shards' order and a shuffle buffer of `shuffle_buffer`
+    samples (their bytes) from the seed torch gives the worker for this epoch, and decodes each
+    sample with Pillow and transforms it as it leaves the buffer."""
+    import io
+    import random
+    import tarfile
+
+    import torch
+    from PIL import Image
+    from torch.utils.data import IterableDataset, get_worker_info
+
+    class Shards(IterableDataset):
+        def __init__(self):
+            self.shards, self.mode, self.buffer = d["shards"], d["mode"], d["shuffle_buffer"]
+            self.count = sum(1 for _ in self.samples(self.shards))
+
+        def __len__(self):
+            return self.count
+
+        def samples(self, shards):
+            """(image bytes, label) of every sample of `shards`, in archive order."""
+            for shard in shards:
+                pending = {}
+                with tarfile.open(shard, "r|") as tar:
+                    for member in tar:
+                        name = member.name
+                        base = name.rfind("/") + 1
+                        dot = name.find(".", base)
+                        if not member.isfile() or dot < 0:
+                            continue
+                        key, ext = name[:dot], name[dot + 1 :].lower()
+                        if ext not in ("jpg", "jpeg", "png", "cls"):
+                            continue
+                        data = tar.extractfile(member).read()
+                        part = pending.setdefault(key, {})
+                        part["cls" if ext == "cls" else "image"] = data
+                        if len(part) == 2:
+                            del pending[key]
+                            yield part["image"], int(part["cls"].decode().strip())
+                for key, part in pending.items():
+                    if "image" in part:
+                        raise ValueError(f"{shard}: sample {key} has an image but no .cls label")
+
+        def __iter__(self):
+            for image, label in self.shuffled():
+                yield transform(Image.open(io.BytesIO(image)).convert(self.mode)), label
+
+        def shuffled(self):
+            info = get_worker_info()
+            # Each epoch's iterator gets its seed from the DataLoader's seeded generator: in a
+            # worker, torch's seed for it; at 0 workers, a draw from the seeded main process.
+            seed = info.seed if info else int(torch.empty((), dtype=torch.int64).random_().item())
+            rng = random.Random(seed)
+            shards = list(self.shards)
+            if shuffle:
+                rng.shuffle(shards)
+            if info:
+                shards = shards[info.id :: info.num_workers]
+            stream = self.samples(shards)
+            if not shuffle or self.buffer <= 1:
+                yield from stream
+                return
+            buffer = []
+            for sample in stream:
+                if len(buffer) < self.buffer:
+                    buffer.append(sample)
+                    continue
+                k = rng.randrange(len(buffer))
+                buffer[k], sample = sample, buffer[k]
+                yield sample
+            rng.shuffle(buffer)
+            yield from buffer
+
+    return Shards()
+
+
 def load_user(ref, base):
     """`file.py:function` relative to the experiment's folder: the function, imported by path."""
     file, _, func = ref.rpartition(":")
@@ -267,6 +373,8 @@ def dataset_of(cfg):
     if kind in ("fashion_mnist", "mnist"):
         cls = datasets.FashionMNIST if kind == "fashion_mnist" else datasets.MNIST
         return cls(d["root"], train=d["train"], transform=transform, download=False)
+    if kind == "webdataset":
+        return shards_dataset(d, cfg["loader"]["shuffle"], transform)
     if kind == "cifar10":
         return datasets.CIFAR10(d["root"], train=d["train"], transform=transform, download=False)
     if kind == "image_folder":
@@ -443,7 +551,7 @@ class Condition:
 
         self.cfg = cfg
         torch.manual_seed(cfg["seed"])
-        self.dataset = ClockedItems(dataset_of(cfg))
+        self.dataset = clocked(dataset_of(cfg))
         step = cfg["step"]
         if step["kind"] == "network":
             self.device = NetworkStep(step, cfg["seed"])
@@ -472,10 +580,13 @@ class Condition:
         extra["collate_fn"] = clocked_collate(collate)
         if user.get("worker_init_fn"):
             extra["worker_init_fn"] = load_user(user["worker_init_fn"], user["base"])
+        from torch.utils.data import IterableDataset
+
         return DataLoader(
             self.dataset,
             batch_size=lc["batch_size"],
-            shuffle=lc["shuffle"],
+            # A stream (WebDataset shards) shuffles itself: the DataLoader refuses a sampler.
+            shuffle=lc["shuffle"] and not isinstance(self.dataset, IterableDataset),
             num_workers=workers,
             pin_memory=lc["pin_memory"] and torch.cuda.is_available(),
             drop_last=lc["drop_last"],
