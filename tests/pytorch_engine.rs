@@ -815,12 +815,40 @@ fn the_users_own_dataset_runs_in_the_dataloader() {
         stderr.contains("items must be (image tensor, label)"),
         "{stderr}"
     );
-    // A network needs the declared images: refused, naming the key.
+    // A network on the user's Dataset is built for the items `[pytorch]` declares: without
+    // them, refused naming the key; with them, it trains (a loss every step); items of another
+    // shape than declared end the run naming the function.
+    let network = |shape: &'static str| {
+        move |t: &str| {
+            t.replace("kind = \"stand_in\"\nstep_ms = 2", "kind = \"mlp\"")
+                .replace(
+                    "worker_init_fn =",
+                    &format!("image_shape = {shape}\nclasses = 10\nworker_init_fn ="),
+                )
+        }
+    };
     let (code, stderr) = run("make_dataset", &|t| {
         t.replace("kind = \"stand_in\"\nstep_ms = 2", "kind = \"small_cnn\"")
     });
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("model.kind"), "{stderr}");
+    assert!(stderr.contains("pytorch.image_shape"), "{stderr}");
+    let (code, stderr) = run("make_dataset", &network("[1, 8, 8]"));
+    assert_eq!(code, Some(0), "{stderr}");
+    let steps = std::fs::read_to_string(dir.path().join("bad/steps.csv")).unwrap();
+    let mut lines = steps.lines();
+    let header = common::split_csv(lines.next().unwrap());
+    let loss = header.iter().position(|h| h == "loss").unwrap();
+    let losses: Vec<f64> = lines
+        .map(|l| common::split_csv(l)[loss].parse().unwrap())
+        .collect();
+    assert_eq!(losses.len(), 2, "{steps}");
+    assert!(losses.iter().all(|l| l.is_finite() && *l > 0.0), "{steps}");
+    let (code, stderr) = run("make_dataset", &network("[1, 9, 9]"));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("my_data.py:make_dataset") && stderr.contains("[1, 9, 9]"),
+        "{stderr}"
+    );
 }
 
 /// A user Dataset that waits a planted 2 ms per image (64 ms per batch of 32) against a 20 ms

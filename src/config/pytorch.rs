@@ -20,12 +20,30 @@ pub struct PytorchSection {
     pub collate_fn: String,
     /// `"file.py:function"`: the DataLoader's `worker_init_fn` (empty: none).
     pub worker_init_fn: String,
+    /// With a network on the user's own Dataset: the shape `[channels, height, width]` of its
+    /// image tensors, which the network is built for (the child checks item 0 against it).
+    pub image_shape: Vec<u64>,
+    /// With a network on the user's own Dataset: the number of classes its labels count
+    /// (0 to classes − 1).
+    pub classes: u64,
 }
 
 impl PytorchSection {
     /// The user's own Dataset replaces the declared pipeline.
     pub fn users_dataset(&self) -> bool {
         !self.dataset.is_empty()
+    }
+
+    /// What the network trains on where the user's own Dataset feeds it: `image_shape` and
+    /// `classes`, when both are set.
+    pub fn items(&self) -> Option<crate::net::ModelInput> {
+        let &[c, h, w] = self.image_shape.as_slice() else {
+            return None;
+        };
+        (self.classes > 0).then(|| crate::net::ModelInput {
+            shape: crate::shape::ImageShape::new(c as usize, h as usize, w as usize),
+            classes: self.classes as usize,
+        })
     }
 
     /// The `file.py:function` references that are set, by key.

@@ -35,8 +35,8 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
 
 /// What the pytorch engine runs in this version, each refusal naming the key and the engine:
 /// the step on the CPU (a network, or the stand-in's emulated device), one rank, the dataset
-/// read as it is stored (no emulated storage), the user's own Dataset against the stand-in;
-/// `[pytorch]` references in the `file.py:function` form.
+/// read as it is stored (no emulated storage), a network on the user's own Dataset only for
+/// the items `[pytorch]` declares; `[pytorch]` references in the `file.py:function` form.
 fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let p = &s.pytorch;
     for (name, value) in [
@@ -73,18 +73,24 @@ fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             "several ranks are not run yet".into(),
         );
     }
+    let declares_items = !p.image_shape.is_empty() || p.classes != 0;
+    if declares_items && (!p.users_dataset() || s.model.is_stand_in()) {
+        let name = if p.image_shape.is_empty() {
+            "classes"
+        } else {
+            "image_shape"
+        };
+        refuse(
+            KeyPath::keys(["pytorch", name]),
+            "is read only for a network on your own Dataset ([pytorch] dataset and a model.kind \
+             other than \"stand_in\")"
+                .into(),
+        );
+    }
     if p.users_dataset() {
         // The declared [dataset] and [[transforms]] do not apply: the user's Dataset is the
-        // pipeline. A network needs the declared images' shape and classes.
-        if !s.model.is_stand_in() {
-            refuse(
-                KeyPath::keys(["model", "kind"]),
-                "your own Dataset ([pytorch] dataset) runs against the stand-in step \
-                 (model.kind = \"stand_in\", model.step_ms = your step's time): a network is \
-                 built for the declared [dataset]'s images"
-                    .into(),
-            );
-        }
+        // pipeline, and a network is built for the items it declares.
+        check_users_items(s, out);
         return;
     }
     if s.dataset.storage.emulated() {
@@ -92,6 +98,49 @@ fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             KeyPath::keys(["dataset", "storage"]),
             "emulated storage has no twin in a torch DataLoader".into(),
         );
+    }
+}
+
+/// A network on the user's own Dataset: `[pytorch] image_shape` and `classes` say what its
+/// items are, and the network must take them; the stand-in needs neither.
+fn check_users_items(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
+    let p = &s.pytorch;
+    let key = |name: &str| KeyPath::keys(["pytorch", name]);
+    let Some(architecture) = s.model.architecture() else {
+        return;
+    };
+    let shape_ok = matches!(p.image_shape.as_slice(), [c, h, w]
+        if (1..=64).contains(c) && (1..=8192).contains(h) && (1..=8192).contains(w));
+    if !shape_ok {
+        out.push((
+            key("image_shape"),
+            format!(
+                "a network on your own Dataset is built for its image tensors: expected \
+                 [channels, height, width] (1–64 channels, 1–8192 pixels a side), found {:?}",
+                p.image_shape
+            ),
+        ));
+    }
+    if !(2..=100_000).contains(&p.classes) {
+        out.push((
+            key("classes"),
+            format!(
+                "a network on your own Dataset is built for its labels (0 to classes − 1): \
+                 expected 2 to 100000 classes, found {}",
+                p.classes
+            ),
+        ));
+    }
+    if let Some(input) = p.items().filter(|_| shape_ok)
+        && let Err(e) = net::check(&architecture, input)
+    {
+        out.push((
+            KeyPath::keys(["model", e.key]),
+            format!(
+                "{} (the images' size set by pytorch.image_shape, your Dataset's)",
+                e.message
+            ),
+        ));
     }
 }
 
@@ -263,6 +312,10 @@ fn check_model(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let Some(architecture) = m.architecture() else {
         return;
     };
+    if s.loader.engine == Engine::Pytorch && s.pytorch.users_dataset() {
+        // The user's Dataset feeds the network: check_users_items checks its items.
+        return;
+    }
     let shape = chain_output(&s.transforms, dataset_shape(s));
     if shape.is_empty() {
         // An image folder without a fixed size: check_transforms says so.

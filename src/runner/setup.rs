@@ -78,6 +78,10 @@ impl DataSetup {
 
     /// What the model trains on: the pipeline's output and the dataset's classes.
     pub fn model_input(&self) -> ModelInput {
+        // The user's own Dataset declares its items ([pytorch] image_shape, classes).
+        if let Some(items) = users_dataset(&self.settings).and(self.settings.pytorch.items()) {
+            return items;
+        }
         ModelInput {
             shape: self.pipeline.output_shape(),
             classes: self.dataset.classes(),

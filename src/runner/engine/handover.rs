@@ -38,6 +38,13 @@ pub(super) fn spec(
             "kind": "user",
             "function": absolute(&s.pytorch.dataset),
             "base": "",
+            // What a network was built for: the child checks item 0 against it.
+            "items": s.pytorch.items().filter(|_| setup.workload.network().is_some()).map(|i| {
+                serde_json::json!({
+                    "shape": [i.shape.channels, i.shape.height, i.shape.width],
+                    "classes": i.classes,
+                })
+            }),
         })
     } else if let Some(twin) = d.kind.spec().pytorch_twin(d) {
         twin

@@ -888,13 +888,27 @@ def headroom(cond, steps):
     )
 
 
-def check_items(dataset, where):
-    """The user's Dataset must give (image tensor, label)."""
+def check_items(dataset, where, items):
+    """The user's Dataset must give (image tensor, label); where a network was built for its
+    items (`[pytorch] image_shape`, `classes`), a float tensor of that shape and a label below
+    `classes`."""
     import torch
 
     item = dataset[0]
     if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], torch.Tensor)):
         raise TypeError(f"{where}: items must be (image tensor, label), item 0 is {type(item).__name__}")
+    if not items:
+        return
+    image, label = item
+    if list(image.shape) != items["shape"] or not image.is_floating_point():
+        raise TypeError(
+            f"{where}: the network was built for float image tensors of shape {items['shape']} "
+            f"([pytorch] image_shape); item 0's is {list(image.shape)}, {image.dtype}"
+        )
+    if not 0 <= int(label) < items["classes"]:
+        raise ValueError(
+            f"{where}: item 0's label {int(label)} is not below [pytorch] classes = {items['classes']}"
+        )
 
 
 def main():
@@ -910,7 +924,7 @@ def main():
     try:
         cond = Condition(cfg)
         if cfg["dataset"]["kind"] == "user":
-            check_items(cond.dataset, where)
+            check_items(cond.dataset, where, cfg["dataset"].get("items"))
     except Exception as exc:  # noqa: BLE001
         fail(where, exc)
         return 1
