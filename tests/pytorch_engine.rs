@@ -347,12 +347,8 @@ fn what_the_engine_does_not_run_yet_is_refused_naming_the_key_and_the_engine() {
     std::fs::write(
         &file,
         r#"
-[dataset]
-kind = "synthetic"
-encoding = "jpeg"
-
-[dataset.storage]
-latency_ms = 5
+[distributed]
+ranks = 2
 
 [loader]
 engine = "pytorch"
@@ -372,7 +368,7 @@ collate_fn = "collate"
         String::from_utf8_lossy(&output.stderr)
     );
     assert_eq!(output.status.code(), Some(2), "{text}");
-    for key in ["device.kind", "dataset.storage", "pytorch.collate_fn"] {
+    for key in ["device.kind", "distributed.ranks", "pytorch.collate_fn"] {
         assert!(text.contains(key), "{key}: {text}");
     }
     assert!(text.contains("with loader.engine = \"pytorch\""), "{text}");
@@ -508,6 +504,89 @@ headroom = false
             .collect();
         assert!(stages.contains(&"center_crop"), "{p}");
     }
+}
+
+/// Emulated storage in front of the DataLoader's reads, shared by its worker processes: with
+/// 10 ms per request and one request at a time (`max_in_flight = 1`) neither 0 nor 2 workers
+/// can pass 100 images/s, a bound clock noise cannot lift (every image sleeps its turn); with
+/// no cap on requests the two workers wait side by side and pass it. `read_ahead` > 1 has no
+/// twin in a DataLoader and is refused.
+#[test]
+fn emulated_storage_is_shared_by_the_dataloaders_worker_processes() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let text = |storage: &str| {
+        format!(
+            r#"
+[experiment]
+name = "stored"
+seed = 5
+
+[dataset]
+kind = "synthetic"
+synthetic_size = 256
+encoding = "jpeg"
+
+[dataset.storage]
+latency_ms = 10
+{storage}
+
+[loader]
+batch_size = 4
+engine = "pytorch"
+
+[model]
+kind = "stand_in"
+step_ms = 1
+
+[pytorch]
+python = "{}"
+
+[protocol]
+warmup_steps = 2
+timed_steps = 10
+rounds = 1
+profile = false
+headroom = false
+
+[matrix]
+"loader.workers" = [0, 2]
+"#,
+            python.display()
+        )
+    };
+    let img_per_s = |out: &Path| -> Vec<f64> {
+        let r = json(&out.join("result.json"));
+        r["analysis"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["img_per_s"]["point"].as_f64().unwrap())
+            .collect()
+    };
+    let one = common::run_experiment(dir.path(), "one", &text("max_in_flight = 1"));
+    eprintln!(
+        "max_in_flight = 1, 0 and 2 workers: {:?} img/s",
+        img_per_s(&one)
+    );
+    for ips in img_per_s(&one) {
+        assert!(ips <= 102.0, "one request at a time: {ips} img/s");
+    }
+    let free = common::run_experiment(dir.path(), "free", &text(""));
+    let ips = img_per_s(&free);
+    eprintln!("no cap, 0 and 2 workers: {ips:?} img/s");
+    assert!(ips[0] <= 102.0, "0 workers: one reader: {ips:?}");
+    assert!(ips[1] > 110.0, "2 workers read side by side: {ips:?}");
+    let file = dir.path().join("ahead.toml");
+    std::fs::write(
+        &file,
+        text("").replace("batch_size = 4", "batch_size = 4\nread_ahead = 4"),
+    )
+    .unwrap();
+    let output = loaderlab().arg("validate").arg(&file).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("loader.read_ahead"), "{stderr}");
 }
 
 /// A plain DataLoader loop, written here independently of the engine's driver: the seed's chain

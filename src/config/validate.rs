@@ -34,8 +34,8 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
 }
 
 /// What the pytorch engine runs in this version, each refusal naming the key and the engine:
-/// the step on the CPU (a network, or the stand-in's emulated device), one rank, the dataset
-/// read as it is stored (no emulated storage), a network on the user's own Dataset only for
+/// the step on the CPU (a network, or the stand-in's emulated device), one rank, emulated
+/// storage read one image at a time per worker, a network on the user's own Dataset only for
 /// the items `[pytorch]` declares; `[pytorch]` references in the `file.py:function` form.
 fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let p = &s.pytorch;
@@ -90,13 +90,21 @@ fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     if p.users_dataset() {
         // The declared [dataset] and [[transforms]] do not apply: the user's Dataset is the
         // pipeline, and a network is built for the items it declares.
+        if s.dataset.storage.emulated() {
+            refuse(
+                KeyPath::keys(["dataset", "storage"]),
+                "emulates the declared [dataset]'s storage, which your own Dataset \
+                 ([pytorch] dataset) replaces: your Dataset reads as it reads"
+                    .into(),
+            );
+        }
         check_users_items(s, out);
         return;
     }
-    if s.dataset.storage.emulated() {
+    if s.dataset.storage.emulated() && s.loader.read_ahead != 1 {
         refuse(
-            KeyPath::keys(["dataset", "storage"]),
-            "emulated storage has no twin in a torch DataLoader".into(),
+            KeyPath::keys(["loader", "read_ahead"]),
+            "a torch DataLoader's worker reads one image at a time (read_ahead = 1)".into(),
         );
     }
 }

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::super::RunError;
-use super::super::setup::Setup;
+use super::super::setup::{Setup, users_dataset};
 use crate::train::QUEUE_DEPTH;
 
 /// The condition as the child builds it: the dataset over the same bytes as the native engine
@@ -33,7 +33,7 @@ pub(super) fn spec(
             .then(|| absolute(&s.pytorch.worker_init_fn)),
         "base": "",
     });
-    let dataset = if super::super::setup::users_dataset(s).is_some() {
+    let dataset = if users_dataset(s).is_some() {
         serde_json::json!({
             "kind": "user",
             "function": absolute(&s.pytorch.dataset),
@@ -55,8 +55,12 @@ pub(super) fn spec(
     Ok(serde_json::json!({
         "seed": s.experiment.seed,
         "dataset": dataset,
+        // The declared dataset's emulated storage, in front of each image read (the user's
+        // own Dataset reads as it reads).
+        "storage": (s.dataset.storage.emulated() && users_dataset(s).is_none())
+            .then_some(&d.storage),
         "user": user,
-        "transforms": if super::super::setup::users_dataset(s).is_some() {
+        "transforms": if users_dataset(s).is_some() {
             serde_json::json!([])
         } else {
             serde_json::json!(s.transforms)

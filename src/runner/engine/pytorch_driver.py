@@ -208,6 +208,41 @@ class CpuWork:
         return f"CpuWork(us={self.s * 1e6:g})"
 
 
+class Storage:
+    """loaderlab's emulated storage (`[dataset.storage]`, src/data/storage.rs) shared by the
+    DataLoader's processes: every read waits the request's latency, then its bytes over a link
+    all readers share (a FIFO reservation: a transfer starts when its latency has passed and the
+    link is free), at most `max_in_flight` requests at once. Waiting sleeps, holding no core.
+    Created before the workers start, so they share its lock, slots and link (CLOCK_MONOTONIC
+    is one clock for every process)."""
+
+    def __init__(self, cfg):
+        import multiprocessing as mp
+
+        self.latency = cfg["latency_ms"] / 1e3
+        self.bytes_per_s = cfg["bandwidth_mb_s"] * 1e6
+        self.slots = mp.BoundedSemaphore(cfg["max_in_flight"]) if cfg["max_in_flight"] else None
+        self.free_at = mp.Value("d", 0.0)
+
+    def transfer(self, nbytes, new=True):
+        """`nbytes` over the link, after the request's latency when `new` (else the next bytes
+        of a stream already open); returns when they have arrived."""
+        if self.slots:
+            self.slots.acquire()
+        try:
+            done = time.monotonic() + (self.latency if new else 0.0)
+            if self.bytes_per_s > 0:
+                with self.free_at.get_lock():
+                    done = max(done, self.free_at.value) + nbytes / self.bytes_per_s
+                    self.free_at.value = done
+            wait = done - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+        finally:
+            if self.slots:
+                self.slots.release()
+
+
 class StoredImages:
     """Images loaderlab wrote into one file with a label file beside it (synthetic data exists
     only in its memory): the same bytes both engines read. The file is read in each worker,
@@ -251,9 +286,9 @@ class EncodedImages(StoredImages):
     """Encoded files (JPEG, PNG) one after another with their offsets, decoded with Pillow as
     torchvision does."""
 
-    def __init__(self, path, offsets, labels, mode, transform):
+    def __init__(self, path, offsets, labels, mode, transform, storage=None):
         super().__init__(path, labels, transform)
-        self.offsets, self.mode = offsets, mode
+        self.offsets, self.mode, self.storage = offsets, mode, storage
 
     def image(self, i, data):
         import io
@@ -261,10 +296,12 @@ class EncodedImages(StoredImages):
         from PIL import Image
 
         raw = data[self.offsets[i] : self.offsets[i + 1]]
+        if self.storage:
+            self.storage.transfer(len(raw))
         return Image.open(io.BytesIO(raw)).convert(self.mode)
 
 
-def shards_dataset(d, shuffle, transform):
+def shards_dataset(d, shuffle, transform, storage=None):
     """WebDataset tar shards as a torch IterableDataset, read as the `webdataset` library reads
     them: each worker takes every n-th shard (split by worker), streams its members in archive
     order, groups `key.jpg|jpeg|png` with `key.cls` (the key: the path up to the file name's
@@ -287,10 +324,12 @@ def shards_dataset(d, shuffle, transform):
         def __len__(self):
             return self.count
 
-        def samples(self, shards):
-            """(image bytes, label) of every sample of `shards`, in archive order."""
+        def samples(self, shards, storage=None):
+            """(image bytes, label) of every sample of `shards`, in archive order; behind
+            emulated storage each shard is one request (its latency) streamed on (each image's
+            bytes), as the native engine's storage streams a shard."""
             for shard in shards:
-                pending = {}
+                pending, opened = {}, False
                 with tarfile.open(shard, "r|") as tar:
                     for member in tar:
                         name = member.name
@@ -302,6 +341,9 @@ def shards_dataset(d, shuffle, transform):
                         if ext not in ("jpg", "jpeg", "png", "cls"):
                             continue
                         data = tar.extractfile(member).read()
+                        if storage and ext != "cls":
+                            storage.transfer(len(data), new=not opened)
+                            opened = True
                         part = pending.setdefault(key, {})
                         part["cls" if ext == "cls" else "image"] = data
                         if len(part) == 2:
@@ -326,7 +368,7 @@ def shards_dataset(d, shuffle, transform):
                 rng.shuffle(shards)
             if info:
                 shards = shards[info.id :: info.num_workers]
-            stream = self.samples(shards)
+            stream = self.samples(shards, storage)
             if not shuffle or self.buffer <= 1:
                 yield from stream
                 return
@@ -364,30 +406,37 @@ def dataset_of(cfg):
     d = cfg["dataset"]
     transform = T.Compose([Clocked(s["op"], twin(s)) for s in cfg["transforms"]])
     kind = d["kind"]
+    storage = Storage(cfg["storage"]) if cfg.get("storage") else None
     if kind == "user":
         return load_user(d["function"], d["base"])()
     if kind == "raw":
         return RawImages(d["images"], d["labels"], d["shape"], transform)
     if kind == "encoded":
-        return EncodedImages(d["files"], d["offsets"], d["labels"], d["mode"], transform)
+        return EncodedImages(d["files"], d["offsets"], d["labels"], d["mode"], transform, storage)
     if kind in ("fashion_mnist", "mnist"):
         cls = datasets.FashionMNIST if kind == "fashion_mnist" else datasets.MNIST
         return cls(d["root"], train=d["train"], transform=transform, download=False)
     if kind == "webdataset":
-        return shards_dataset(d, cfg["loader"]["shuffle"], transform)
+        return shards_dataset(d, cfg["loader"]["shuffle"], transform, storage)
     if kind == "cifar10":
         return datasets.CIFAR10(d["root"], train=d["train"], transform=transform, download=False)
     if kind == "image_folder":
         mode = d.get("mode", "RGB")
-        return datasets.ImageFolder(d["root"], transform=transform, loader=lambda p: pil_loader(p, mode))
+        return datasets.ImageFolder(d["root"], transform=transform, loader=lambda p: pil_loader(p, mode, storage))
     raise ValueError(f"dataset kind {kind!r} is not read by the pytorch engine")
 
 
-def pil_loader(path, mode):
+def pil_loader(path, mode, storage=None):
+    import io
+
     from PIL import Image
 
     with open(path, "rb") as f:
-        return Image.open(f).convert(mode)
+        if not storage:
+            return Image.open(f).convert(mode)
+        data = f.read()
+    storage.transfer(len(data))
+    return Image.open(io.BytesIO(data)).convert(mode)
 
 
 # --- the step: the stand-in's emulated device -----------------------------------------------
