@@ -422,7 +422,9 @@ def dataset_of(cfg):
         return datasets.CIFAR10(d["root"], train=d["train"], transform=transform, download=False)
     if kind == "image_folder":
         mode = d.get("mode", "RGB")
-        return datasets.ImageFolder(d["root"], transform=transform, loader=lambda p: pil_loader(p, mode, storage))
+        return datasets.ImageFolder(
+            d["root"], transform=transform, loader=lambda p: pil_loader(p, mode, storage)
+        )
     raise ValueError(f"dataset kind {kind!r} is not read by the pytorch engine")
 
 
