@@ -119,8 +119,8 @@ fn engines(raw: &Raw) -> String {
         " — the pytorch engine's profiled runs are torch.profiler traces (the step's spans; \
          their per-operator events dropped); the stage table's clocks run in the process that \
          builds each batch (each op per image, `read_decode` = the item's fetch less its ops, \
-         the collate per batch, and with workers the `hand_off` from a worker's ready batch \
-         to the training loop); at 0 workers the build per batch, timed on the child's main \
+         the collate per batch, and with workers the `hand_off` from a worker's ready batch, \
+         or the loop's asking for it if later, to the loop holding it); at 0 workers the build per batch, timed on the child's main \
          thread outside the profiler, feeds the prediction, with workers a worker's own work \
          per batch"
     } else {

@@ -740,7 +740,9 @@ class Condition:
         with the seed's record_function spans (at 0 workers the batch's build inside batch_wait
         as build_batch: the loader's work on one thread), the Chrome trace written to `path`.
         Its stage clocks (each op per image, the item's whole fetch, the collate, and with
-        workers the hand-off from a worker's ready batch to this loop) come back with it."""
+        workers the hand-off: from the later of a worker's batch being ready and this loop
+        asking for it, to this loop holding it — the trip through the queue, less any time the
+        batch sat ready in it before the loop asked) come back with it."""
         global CLOCKS
         # The clocks run for the whole profiled run: at 0 workers the batches are built here;
         # with workers, the workers started now carry them.
@@ -759,11 +761,12 @@ class Condition:
         stages, handoff = {}, [0, 0]
 
         def take(counted):
+            asked_ns = time.perf_counter_ns()
             batch, ready_ns, clocks = feed.next()
             if counted:
                 if not inline:
                     handoff[0] += 1
-                    handoff[1] += time.perf_counter_ns() - ready_ns
+                    handoff[1] += time.perf_counter_ns() - max(ready_ns, asked_ns)
                 for name, v in clocks.items():
                     entry = stages.setdefault(name, [0, 0, 0])
                     for k in range(3):
