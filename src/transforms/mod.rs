@@ -24,7 +24,7 @@ pub use geometry::{PadMode, center_crop_geometry, crop, flip_horizontal, flip_ve
 pub use resize::{CropBox, ResizeScratch, crop_resize, sample_crop, uniform};
 pub use rotate::rotate_nearest;
 
-pub use ops::{Op, PixelOp, TransformSpec, chain_output};
+pub use ops::{Op, OpParams, PixelOp, TransformSpec, chain_output};
 
 use crate::hash::{SplitMix64, splitmix as mix};
 use std::time::Instant;
@@ -44,47 +44,6 @@ pub fn sample_rng(seed: u64, epoch: u64, index: u64) -> SplitMix64 {
 static TO_TENSOR: std::sync::LazyLock<[f32; 256]> =
     std::sync::LazyLock::new(|| std::array::from_fn(|p| p as f32 / 255.0));
 
-/// The random parameters one op drew for one sample, named by the op (samples.json).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum OpParams {
-    RandomResizedCrop {
-        top: usize,
-        left: usize,
-        height: usize,
-        width: usize,
-    },
-    RandomRotation {
-        angle: f64,
-    },
-    RandomHorizontalFlip {
-        flipped: bool,
-    },
-    RandomVerticalFlip {
-        flipped: bool,
-    },
-    /// The crop's corner in the padded image.
-    RandomCrop {
-        top: usize,
-        left: usize,
-    },
-    /// The factors drawn (absent: that adjustment is off) and the order they were applied in.
-    ColorJitter {
-        order: Vec<String>,
-        #[serde(skip_serializing_if = "Option::is_none", default)]
-        brightness: Option<f64>,
-        #[serde(skip_serializing_if = "Option::is_none", default)]
-        contrast: Option<f64>,
-        #[serde(skip_serializing_if = "Option::is_none", default)]
-        saturation: Option<f64>,
-        #[serde(skip_serializing_if = "Option::is_none", default)]
-        hue: Option<f64>,
-    },
-    RandomGrayscale {
-        applied: bool,
-    },
-}
-
 /// Every random parameter one sample received, op by op in chain order, for previews and
 /// fidelity checks.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -96,17 +55,7 @@ impl SampleParams {
     /// The crop box of the first random_resized_crop, if any.
     pub fn crop(&self) -> Option<CropBox> {
         self.ops.iter().find_map(|p| match *p {
-            OpParams::RandomResizedCrop {
-                top,
-                left,
-                height,
-                width,
-            } => Some(CropBox {
-                top,
-                left,
-                height,
-                width,
-            }),
+            OpParams::RandomResizedCrop(crop) => Some(crop),
             _ => None,
         })
     }

@@ -7,6 +7,13 @@ use crate::hash::SplitMix64;
 use crate::shape::{ImageShape, Padding};
 use crate::transforms::{OpParams, PadMode, Scratch, center_crop_geometry, crop, pad};
 
+/// What a random_crop drew: the crop's corner in the padded image.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RandomCropDrawn {
+    pub top: usize,
+    pub left: usize,
+}
+
 /// torchvision `CenterCrop(size)`; an image smaller than the crop is padded with 0 first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -208,7 +215,9 @@ impl PixelOp for RandomCrop {
             let left = rand::Rng::random_range(rng, 0..=padded.width - tw);
             (top, left)
         };
-        s.params.ops.push(OpParams::RandomCrop { top, left });
+        s.params
+            .ops
+            .push(OpParams::RandomCrop(RandomCropDrawn { top, left }));
         let out = crop_into(&s.a, &mut s.b, padded, top, left, self.size);
         std::mem::swap(&mut s.a, &mut s.b);
         out

@@ -7,6 +7,12 @@ use crate::hash::SplitMix64;
 use crate::shape::ImageShape;
 use crate::transforms::{OpParams, Scratch, flip_horizontal, flip_vertical};
 
+/// What a random flip drew: whether it flipped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlipDrawn {
+    pub flipped: bool,
+}
+
 /// torchvision `RandomHorizontalFlip(p)`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -83,9 +89,9 @@ impl PixelOp for Flip {
     fn apply(&self, shape: ImageShape, rng: &mut SplitMix64, s: &mut Scratch) -> ImageShape {
         let flipped = coin(rng, self.p);
         s.params.ops.push(if self.vertical {
-            OpParams::RandomVerticalFlip { flipped }
+            OpParams::RandomVerticalFlip(FlipDrawn { flipped })
         } else {
-            OpParams::RandomHorizontalFlip { flipped }
+            OpParams::RandomHorizontalFlip(FlipDrawn { flipped })
         });
         if !flipped {
             return shape;

@@ -8,6 +8,12 @@ use crate::hash::SplitMix64;
 use crate::shape::ImageShape;
 use crate::transforms::{OpParams, Scratch, grey_plane};
 
+/// What a random_grayscale drew: whether it applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GreyDrawn {
+    pub applied: bool,
+}
+
 /// torchvision `Grayscale(num_output_channels)`: PIL's `convert("L")`, repeated to 3
 /// channels when asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,7 +105,9 @@ struct RandomGrayscale {
 impl PixelOp for RandomGrayscale {
     fn apply(&self, shape: ImageShape, rng: &mut SplitMix64, s: &mut Scratch) -> ImageShape {
         let applied = coin(rng, self.p);
-        s.params.ops.push(OpParams::RandomGrayscale { applied });
+        s.params
+            .ops
+            .push(OpParams::RandomGrayscale(GreyDrawn { applied }));
         if !applied {
             return shape;
         }

@@ -10,6 +10,21 @@ use crate::hash::SplitMix64;
 use crate::shape::ImageShape;
 use crate::transforms::{OpParams, Scratch, brightness, contrast, hue, saturation, uniform};
 
+/// What a color_jitter drew: the factors (absent: that adjustment is off) and the order they
+/// were applied in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JitterDrawn {
+    pub order: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub brightness: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub contrast: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub saturation: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub hue: Option<f64>,
+}
+
 /// torchvision `ColorJitter(brightness, contrast, saturation, hue)`: each factor drawn from
 /// [max(0, 1 − v), 1 + v] (hue from [−v, v]), applied in a random order; 0 disables one.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -93,7 +108,7 @@ impl PixelOp for ColorJitter {
                 _ => hue(image, shape, f),
             }
         }
-        s.params.ops.push(OpParams::ColorJitter {
+        s.params.ops.push(OpParams::ColorJitter(JitterDrawn {
             order: order
                 .iter()
                 .filter(|&&k| factors[k].is_some())
@@ -103,7 +118,7 @@ impl PixelOp for ColorJitter {
             contrast: factors[1],
             saturation: factors[2],
             hue: factors[3],
-        });
+        }));
         shape
     }
 

@@ -1,7 +1,8 @@
 //! Every transform op in one place: a file per op family holds each op's spec (what a file
 //! writes, with torchvision's defaults), its checks, the shape it hands on, its compiled form
 //! and what it records of each sample. Adding an op is its file and its line in the
-//! `registry!` below (and an [`OpParams`](super::OpParams) variant if it draws anything).
+//! `registry!` below (and, if it draws anything, its line in `drawn!`, naming the struct of
+//! what it drew, in its file).
 //! (ripgrep's one `impl Flag` per flag is the pattern.)
 
 mod cpu_work;
@@ -55,6 +56,30 @@ macro_rules! registry {
             }
         }
     };
+}
+
+/// What each random op draws, one line each: the op's variant and the struct of its draws (in
+/// its file). It declares [`OpParams`].
+macro_rules! drawn {
+    ($($variant:ident($drawn:ty)),+ $(,)?) => {
+        /// The random parameters one op drew for one sample, named by the op (samples.json:
+        /// `{"op": "random_rotation", "angle": …}`).
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "op", rename_all = "snake_case")]
+        pub enum OpParams {
+            $($variant($drawn),)+
+        }
+    };
+}
+
+drawn! {
+    RandomResizedCrop(crate::transforms::CropBox),
+    RandomRotation(rotation::RotationDrawn),
+    RandomHorizontalFlip(flip::FlipDrawn),
+    RandomVerticalFlip(flip::FlipDrawn),
+    RandomCrop(crop::RandomCropDrawn),
+    ColorJitter(jitter::JitterDrawn),
+    RandomGrayscale(grey::GreyDrawn),
 }
 
 registry! {

@@ -94,12 +94,7 @@ impl ResizedCrop {
         params: &mut SampleParams,
     ) -> CropBox {
         let cb = self.draw_box(rng, shape);
-        params.ops.push(OpParams::RandomResizedCrop {
-            top: cb.top,
-            left: cb.left,
-            height: cb.height,
-            width: cb.width,
-        });
+        params.ops.push(OpParams::RandomResizedCrop(cb));
         cb
     }
 

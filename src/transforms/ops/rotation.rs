@@ -8,6 +8,12 @@ use crate::hash::SplitMix64;
 use crate::shape::ImageShape;
 use crate::transforms::{OpParams, Scratch, rotate_nearest, uniform};
 
+/// What a random_rotation drew: the angle in degrees.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RotationDrawn {
+    pub angle: f64,
+}
+
 /// torchvision `RandomRotation(degrees)`: angle uniform in [-degrees, degrees], nearest
 /// neighbour, same size, about the centre.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,7 +75,9 @@ impl PixelOp for Rotate {
             let dst = &mut s.b[c * plane..][..plane];
             rotate_nearest(&s.a[c * plane..], w, h, angle, self.fill, dst);
         }
-        s.params.ops.push(OpParams::RandomRotation { angle });
+        s.params
+            .ops
+            .push(OpParams::RandomRotation(RotationDrawn { angle }));
         std::mem::swap(&mut s.a, &mut s.b);
         shape
     }
