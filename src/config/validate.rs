@@ -101,6 +101,14 @@ fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
         check_users_items(s, out);
         return;
     }
+    for (i, t) in s.transforms.iter().enumerate() {
+        if !t.op().pytorch_twin() {
+            refuse(
+                KeyPath::keys(["transforms"]).index(i).key("op"),
+                format!("{} has no torchvision twin in the child", t.op_name()),
+            );
+        }
+    }
     if s.dataset.storage.emulated() && s.loader.read_ahead != 1 {
         refuse(
             KeyPath::keys(["loader", "read_ahead"]),

@@ -485,6 +485,17 @@ mod tests {
         assert_eq!(interpreter(&set), "/opt/py/bin/python");
     }
 
+    /// An op says it has a twin exactly where the child's `twin()` maps it: validate's
+    /// refusal and the child's mapping cannot drift apart.
+    #[test]
+    fn the_ops_with_a_twin_are_the_ones_the_child_maps() {
+        for t in crate::config::TransformSpec::all() {
+            let name = t.op_name();
+            let mapped = DRIVER.contains(&format!("if op == \"{name}\":"));
+            assert_eq!(t.op().pytorch_twin(), mapped, "{name}");
+        }
+    }
+
     #[test]
     fn a_missing_interpreter_is_named_with_the_way_out() {
         let e = probe("/no/such/python3").unwrap_err();

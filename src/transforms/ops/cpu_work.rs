@@ -18,6 +18,9 @@ pub struct CpuWorkSpec {
 }
 
 impl Op for CpuWorkSpec {
+    fn pytorch_twin(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "cpu_work"
     }

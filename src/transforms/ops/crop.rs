@@ -30,6 +30,9 @@ impl Default for CenterCropSpec {
 }
 
 impl Op for CenterCropSpec {
+    fn pytorch_twin(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "center_crop"
     }
@@ -124,6 +127,9 @@ impl Default for RandomCropSpec {
 }
 
 impl Op for RandomCropSpec {
+    fn pytorch_twin(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "random_crop"
     }

@@ -42,6 +42,9 @@ impl Default for RandomVerticalFlipSpec {
 }
 
 impl Op for RandomHorizontalFlipSpec {
+    fn pytorch_twin(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "random_horizontal_flip"
     }
@@ -63,6 +66,9 @@ impl Op for RandomHorizontalFlipSpec {
 }
 
 impl Op for RandomVerticalFlipSpec {
+    fn pytorch_twin(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "random_vertical_flip"
     }

@@ -31,6 +31,9 @@ impl Default for GrayscaleSpec {
 }
 
 impl Op for GrayscaleSpec {
+    fn pytorch_twin(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "grayscale"
     }
@@ -84,6 +87,9 @@ impl Default for RandomGrayscaleSpec {
 }
 
 impl Op for RandomGrayscaleSpec {
+    fn pytorch_twin(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "random_grayscale"
     }

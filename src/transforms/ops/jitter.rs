@@ -41,6 +41,9 @@ pub struct ColorJitterSpec {
 const JITTER_NAMES: [&str; 4] = ["brightness", "contrast", "saturation", "hue"];
 
 impl Op for ColorJitterSpec {
+    fn pytorch_twin(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "color_jitter"
     }

@@ -172,6 +172,12 @@ pub trait Op {
     fn in_pillow_chain(&self) -> bool {
         false
     }
+
+    /// Whether the pytorch engine's child maps it to a torchvision twin (`twin()` in
+    /// `runner/engine/pytorch_driver.py`); `validate` refuses an op without one on that engine.
+    fn pytorch_twin(&self) -> bool {
+        false
+    }
 }
 
 /// A compiled op of the pipeline.

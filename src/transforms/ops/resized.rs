@@ -32,6 +32,9 @@ impl Default for RandomResizedCropSpec {
 }
 
 impl Op for RandomResizedCropSpec {
+    fn pytorch_twin(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "random_resized_crop"
     }
@@ -168,6 +171,9 @@ impl Default for ResizeSpec {
 }
 
 impl Op for ResizeSpec {
+    fn pytorch_twin(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "resize"
     }

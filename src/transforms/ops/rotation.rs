@@ -34,6 +34,9 @@ impl Default for RandomRotationSpec {
 }
 
 impl Op for RandomRotationSpec {
+    fn pytorch_twin(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "random_rotation"
     }

@@ -11,6 +11,9 @@ use super::{Op, PixelOp, Reaching, Stage};
 pub struct ToTensorSpec {}
 
 impl Op for ToTensorSpec {
+    fn pytorch_twin(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "to_tensor"
     }
@@ -50,6 +53,9 @@ impl NormalizeSpec {
 }
 
 impl Op for NormalizeSpec {
+    fn pytorch_twin(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "normalize"
     }
