@@ -742,6 +742,93 @@ fn ctrl_c_stops_the_child_and_keeps_the_rows() {
     assert!(!out.exists(), "no finished folder");
 }
 
+/// A node of two ranks on the pytorch engine: a process per rank, each with its own DataLoader
+/// over its DistributedSampler share and its own emulated device, meeting at a barrier after
+/// every step. Every step has a row per rank, the two ranks' batches differ and each rank's
+/// are the same in both rounds, the barrier's wait lies inside the step, the node's figures
+/// come out, `verify` passes; Ctrl-C during a later run ends with exit 130 and the rows so far.
+#[test]
+fn a_node_of_ranks_runs_a_dataloader_per_rank_meeting_at_a_barrier() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let text = experiment(
+        "node",
+        &python,
+        "[distributed]\nranks = 2\n\n[protocol]\nwarmup_steps = 2\ntimed_steps = 8\n\
+         rounds = 2\nprofile = false\nheadroom_steps = 6\n\n\
+         [matrix]\n\"loader.workers\" = [0, 1]\n",
+    );
+    let out = common::run_experiment(dir.path(), "node", &text);
+    let steps = std::fs::read_to_string(out.join("steps.csv")).unwrap();
+    let mut lines = steps.lines();
+    let header = common::split_csv(lines.next().unwrap());
+    let at = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let rows: Vec<Vec<String>> = lines.map(common::split_csv).collect();
+    assert_eq!(rows.len(), 4 * 8 * 2, "{steps}");
+    let (run, step, rank, print) = (at("run"), at("step"), at("rank"), at("fingerprint"));
+    let (sync, step_ms) = (at("sync_ms"), at("step_ms"));
+    // (run, step) → each rank's fingerprint.
+    let mut by_step: std::collections::BTreeMap<(String, String), Vec<(String, String)>> =
+        Default::default();
+    for r in &rows {
+        let (s, t): (f64, f64) = (r[sync].parse().unwrap(), r[step_ms].parse().unwrap());
+        assert!(s >= 0.0 && t >= s, "sync {s} inside step {t}");
+        by_step
+            .entry((r[run].clone(), r[step].clone()))
+            .or_default()
+            .push((r[rank].clone(), r[print].clone()));
+    }
+    for ((run, step), ranks) in &by_step {
+        let names: Vec<&str> = ranks.iter().map(|(r, _)| r.as_str()).collect();
+        assert_eq!(names, ["0", "1"], "run {run} step {step}");
+        assert_ne!(
+            ranks[0].1, ranks[1].1,
+            "run {run} step {step}: each rank its share"
+        );
+    }
+    let r = json(&out.join("result.json"));
+    let d = &r["analysis"]["determinism"];
+    assert_eq!(d["inconsistent_conditions"], serde_json::json!([]), "{d}");
+    for c in r["analysis"]["conditions"].as_array().unwrap() {
+        let node = &c["node"];
+        assert_eq!(node["ranks"].as_array().map(Vec::len), Some(2), "{c}");
+        assert!(c["headroom"]["img_per_s"].as_f64().unwrap() > 0.0, "{c}");
+    }
+    let verify = loaderlab().arg("verify").arg(&out).output().unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+
+    // Ctrl-C: the rows reach steps.csv at the end of each run; stop during a later one.
+    let long = text.replace("timed_steps = 8", "timed_steps = 100");
+    let file = dir.path().join("stop.toml");
+    std::fs::write(&file, long).unwrap();
+    let stopped = dir.path().join("stopped");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_loaderlab"))
+        .arg(&file)
+        .arg("--out")
+        .arg(&stopped)
+        .arg("--quiet")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let partial = dir.path().join("stopped.partial");
+    common::interrupt_after_rows(
+        &child,
+        &partial.join("steps.csv"),
+        200,
+        std::time::Duration::from_secs(180),
+    );
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    let steps = std::fs::read_to_string(partial.join("steps.csv")).unwrap();
+    assert!(steps.lines().count() > 200, "the first run's rows are kept");
+}
+
 /// The user's own Dataset (`[pytorch] dataset`): `sleep_ms` of waiting per image (storage, a
 /// remote read), 1×8×8 tensors, 4,096 of them; a `worker_init_fn` that marks each worker.
 const USERS_DATASET: &str = r#"

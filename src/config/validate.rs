@@ -34,7 +34,8 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
 }
 
 /// What the pytorch engine runs in this version, each refusal naming the key and the engine:
-/// the step on the CPU (a network, or the stand-in's emulated device), one rank, emulated
+/// the step on the CPU (a network, or the stand-in's emulated device), several ranks with the
+/// stand-in and no rank of its own differences, emulated
 /// storage read one image at a time per worker, a network on the user's own Dataset only for
 /// the items `[pytorch]` declares; `[pytorch]` references in the `file.py:function` form.
 fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
@@ -67,10 +68,18 @@ fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
                 .into(),
         );
     }
-    if s.distributed.several() {
+    if !s.distributed.rank.is_empty() {
+        refuse(
+            KeyPath::keys(["distributed", "rank"]),
+            "a rank's own differences (storage, CPU work) are not run yet".into(),
+        );
+    }
+    if s.distributed.several() && !s.model.is_stand_in() {
         refuse(
             KeyPath::keys(["distributed", "ranks"]),
-            "several ranks are not run yet".into(),
+            "several ranks train a network on GPUs only (one per rank), which this engine does \
+             not run yet; the stand-in step runs a node of ranks on the CPU"
+                .into(),
         );
     }
     let declares_items = !p.image_shape.is_empty() || p.classes != 0;

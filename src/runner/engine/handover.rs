@@ -54,6 +54,7 @@ pub(super) fn spec(
     let l = &s.loader;
     Ok(serde_json::json!({
         "seed": s.experiment.seed,
+        "ranks": setup.workload.ranks(),
         "dataset": dataset,
         // The declared dataset's emulated storage, in front of each image read (the user's
         // own Dataset reads as it reads).
@@ -83,7 +84,8 @@ pub(super) fn spec(
             }),
             None => serde_json::json!({
                 "kind": "stand_in",
-                "step_ms": s.model.step_ms,
+                // The all-reduce is device time added to every step, as on the native engine.
+                "step_ms": s.model.step_ms + s.distributed.allreduce_ms,
                 "queue_depth": QUEUE_DEPTH,
             }),
         },

@@ -51,6 +51,10 @@ def versions():
 CLOCKS = False
 STAGES = {}
 
+# (rank, ranks) of this process's share of every epoch (`[distributed] ranks`): the condition
+# sets the ranks, each rank's process its rank; the profiled and headroom runs are rank 0's.
+RANK = (0, 1)
+
 
 def clock(name, count, ns, cpu_ns=0):
     entry = STAGES.setdefault(name, [0, 0, 0])
@@ -366,6 +370,7 @@ def shards_dataset(d, shuffle, transform, storage=None):
             shards = list(self.shards)
             if shuffle:
                 rng.shuffle(shards)
+            shards = shards[RANK[0] :: RANK[1]]
             if info:
                 shards = shards[info.id :: info.num_workers]
             stream = self.samples(shards, storage)
@@ -610,6 +615,8 @@ class Condition:
             self.device = EmulatedDevice(step["step_ms"], step["queue_depth"])
         self.torch = torch
         self.epoch = 0
+        global RANK
+        RANK = (0, cfg.get("ranks", 1))
 
     def loader(self):
         import torch
@@ -631,13 +638,25 @@ class Condition:
         extra["collate_fn"] = clocked_collate(collate)
         if user.get("worker_init_fn"):
             extra["worker_init_fn"] = load_user(user["worker_init_fn"], user["base"])
-        from torch.utils.data import IterableDataset
+        from torch.utils.data import DistributedSampler, IterableDataset
 
+        stream = isinstance(self.dataset, IterableDataset)
+        rank, ranks = RANK
+        if ranks > 1 and not stream:
+            # This rank's share of every epoch, as a DDP job deals it.
+            extra["sampler"] = DistributedSampler(
+                self.dataset,
+                num_replicas=ranks,
+                rank=rank,
+                shuffle=lc["shuffle"],
+                seed=self.cfg["seed"],
+                drop_last=lc["drop_last"],
+            )
         return DataLoader(
             self.dataset,
             batch_size=lc["batch_size"],
             # A stream (WebDataset shards) shuffles itself: the DataLoader refuses a sampler.
-            shuffle=lc["shuffle"] and not isinstance(self.dataset, IterableDataset),
+            shuffle=lc["shuffle"] and not stream and "sampler" not in extra,
             num_workers=workers,
             pin_memory=lc["pin_memory"] and torch.cuda.is_available(),
             drop_last=lc["drop_last"],
@@ -686,29 +705,7 @@ class Condition:
         window = time.perf_counter()
         try:
             for step in range(timed):
-                t0 = time.perf_counter()
-                images, labels = feed.next()
-                t1 = time.perf_counter()
-                on_device = host_copy(images, labels)
-                t2 = time.perf_counter()
-                device.enqueue(*on_device)
-                t3 = time.perf_counter()
-                network = isinstance(device, NetworkStep)
-                rows.append(
-                    {
-                        "step": step,
-                        # A network's step is synchronous: the device's time is the host's.
-                        "device_ms": (t3 - t1) * 1e3 if network else None,
-                        "loss": device.loss if network else None,
-                        "batch_wait_ms": (t1 - t0) * 1e3,
-                        "h2d_ms": (t2 - t1) * 1e3,
-                        "compute_ms": (t3 - t2) * 1e3,
-                        "step_ms": (t3 - t0) * 1e3,
-                        "fingerprint": fingerprint(images, labels),
-                        "epoch": feed.epoch,
-                        "images": int(labels.shape[0]),
-                    }
-                )
+                rows.append(self.timed_step(feed, step))
         except KeyboardInterrupt:
             interrupted = True
         device.synchronize()
@@ -734,6 +731,157 @@ class Condition:
                 "interrupted": interrupted,
             }
         )
+
+    def timed_step(self, feed, step):
+        """One timed step on the monotonic clock: its steps.csv row (`images` for the total)."""
+        device = self.device
+        t0 = time.perf_counter()
+        images, labels = feed.next()
+        t1 = time.perf_counter()
+        on_device = host_copy(images, labels)
+        t2 = time.perf_counter()
+        device.enqueue(*on_device)
+        t3 = time.perf_counter()
+        network = isinstance(device, NetworkStep)
+        return {
+            "step": step,
+            # A network's step is synchronous: the device's time is the host's.
+            "device_ms": (t3 - t1) * 1e3 if network else None,
+            "loss": device.loss if network else None,
+            "batch_wait_ms": (t1 - t0) * 1e3,
+            "h2d_ms": (t2 - t1) * 1e3,
+            "compute_ms": (t3 - t2) * 1e3,
+            "step_ms": (t3 - t0) * 1e3,
+            "fingerprint": fingerprint(images, labels),
+            "epoch": feed.epoch,
+            "images": int(labels.shape[0]),
+        }
+
+    def run_ranks(self, warmup, timed):
+        """A timed run of a node (`[distributed] ranks = R`): a process per rank, as torchrun
+        starts them, each with its own DataLoader (its own workers, over its DistributedSampler
+        share of every epoch) and its own emulated device, meeting at a barrier after every step
+        — the stand-in for the gradient all-reduce; the wait there is the step's `sync_ms`,
+        inside its `step_ms`. The window runs from the ranks' common start to every rank's
+        device having finished; images, CPU time and peak memory count every rank's processes.
+        Ctrl-C here is decided at the barrier, so every rank stops after the same step."""
+        import functools
+        import multiprocessing as mp
+
+        # Each rank starts from a fork server, a clean process with torch imported and no thread
+        # pool run yet (a process forked from this one after torch's threads ran would hang in
+        # its first parallel op), and builds the condition from the same description.
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "torchvision.transforms", "PIL.Image"])
+        ranks = RANK[1]
+        stop, decided = ctx.Value("b", 0), ctx.Value("b", 0)
+        barrier = ctx.Barrier(ranks, action=functools.partial(decide, stop, decided))
+        results = ctx.Queue()
+        procs = [
+            ctx.Process(target=rank_entry, args=(self.cfg, r, warmup, timed, barrier, decided, results))
+            for r in range(ranks)
+        ]
+        for proc in procs:
+            proc.start()
+        started, done, rows, error = [], [], [], None
+        while len(done) < ranks and error is None:
+            try:
+                kind, payload = results.get()
+            except KeyboardInterrupt:
+                stop.value = 1
+                continue
+            if kind == "started":
+                started.append(payload)
+                if len(started) == ranks:
+                    say({"kind": "started", "startup_ms": max(started)})
+            elif kind == "step":
+                rows.append(payload)
+            elif kind == "done":
+                done.append(payload)
+            else:
+                error = payload
+        if error is not None:
+            barrier.abort()
+        for proc in procs:
+            proc.join(timeout=None if error is None else 5)
+            if proc.is_alive():
+                proc.kill()
+        if error is not None:
+            raise RuntimeError(error)
+        images = sum(row.pop("images") for row in rows)
+        for row in sorted(rows, key=lambda r: (r["step"], r["rank"])):
+            say({"kind": "step", **row})
+        training = sum(d["training_cpu_s"] for d in done)
+        workers = sum(d["workers_cpu_s"] for d in done)
+        say(
+            {
+                "kind": "done",
+                "elapsed_s": max(d["elapsed_s"] for d in done),
+                "images": images,
+                "process_cpu_s": training + workers,
+                "workers_cpu_s": workers,
+                "training_cpu_s": training,
+                "peak_rss_mib": sum(d["peak_rss_mib"] for d in done),
+                "interrupted": bool(decided.value) or any(d["interrupted"] for d in done),
+            }
+        )
+
+    def rank_main(self, rank, warmup, timed, barrier, decided, results):
+        """Rank `rank`'s part of [`run_ranks`], in its own process."""
+        try:
+            feed = self.start()
+            results.put(("started", feed.startup_ms))
+            for _ in range(warmup):
+                self.device.enqueue(*host_copy(*feed.next()))
+                barrier.wait()
+                if decided.value:
+                    break
+            self.device.synchronize()
+            barrier.wait()
+            workers, me = feed.worker_pids(), os.getpid()
+            cpu0 = {pid: cpu_s(pid) for pid in workers}
+            main0 = time.process_time()
+            self.device.record(True)
+            window = time.perf_counter()
+            rows = []
+            for k in range(timed):
+                if decided.value:
+                    break
+                row = self.timed_step(feed, k)
+                arrived = time.perf_counter()
+                barrier.wait()
+                row["sync_ms"] = (time.perf_counter() - arrived) * 1e3
+                row["step_ms"] += row["sync_ms"]
+                row["rank"] = rank
+                rows.append(row)
+            self.device.synchronize()
+            # The window closes when every rank's device has finished.
+            barrier.wait()
+            elapsed_s = time.perf_counter() - window
+            self.device.record(False)
+            for row, (start, end) in zip(rows, self.device.marks):
+                row["device_ms"] = (end - start) * 1e3
+            for row in rows:
+                results.put(("step", row))
+            results.put(
+                (
+                    "done",
+                    {
+                        "elapsed_s": elapsed_s,
+                        "training_cpu_s": time.process_time() - main0,
+                        "workers_cpu_s": sum(cpu_s(pid) - cpu0.get(pid, 0.0) for pid in workers),
+                        "peak_rss_mib": peak_rss_mib([me] + workers),
+                        "interrupted": bool(decided.value),
+                    },
+                )
+            )
+            self.device.close()
+        except Exception as exc:  # noqa: BLE001 - the launcher says it, with the traceback
+            tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+            results.put(("error", f"rank {rank}: {type(exc).__name__}: {exc}\n{tail}"))
+            barrier.abort()
+        results.close()
+        results.join_thread()
 
     def profile(self, warmup, steps, path):
         """The profiled run: separate from the timed ones, `steps` steps under torch.profiler
@@ -867,6 +1015,35 @@ def interrupted_early():
     )
 
 
+def decide(stop, decided):
+    """The ranks' barrier's action, run once all have arrived: whether they all stop here."""
+    decided.value = stop.value
+
+
+def rank_entry(cfg, rank, warmup, timed, barrier, decided, results):
+    """A rank's process (`[distributed] ranks`): the condition built afresh, this rank's share."""
+    global RANK
+
+    import multiprocessing as mp
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The rank's DataLoader forks its workers, as on a node torchrun started (a process the fork
+    # server started has the fork server as its default).
+    mp.set_start_method("fork", force=True)
+    # One intra-op thread per rank, as torchrun sets OMP_NUM_THREADS=1 for several processes
+    # per node.
+    __import__("torch").set_num_threads(1)
+    try:
+        cond = Condition(cfg)
+    except Exception as exc:  # noqa: BLE001 - the launcher says it, with the traceback
+        tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])
+        results.put(("error", f"rank {rank}: {type(exc).__name__}: {exc}\n{tail}"))
+        barrier.abort()
+        return
+    RANK = (rank, RANK[1])
+    cond.rank_main(rank, warmup, timed, barrier, decided, results)
+
+
 def host_copy(images, labels):
     """The host's copy of a batch into the emulated device's memory."""
     return images.clone(), labels.clone()
@@ -891,6 +1068,8 @@ class Feed:
             return next(self.it)
         except StopIteration:
             self.epoch += 1
+            if hasattr(self.loader.sampler, "set_epoch"):
+                self.loader.sampler.set_epoch(self.epoch)
             self.it = iter(self.loader)
             return next(self.it)
 
@@ -996,6 +1175,8 @@ def main():
                 headroom(cond, cmd["steps"])
             elif cmd["cmd"] == "profile":
                 cond.profile(cmd["warmup"], cmd["steps"], cmd["trace"])
+            elif RANK[1] > 1:
+                cond.run_ranks(cmd["warmup"], cmd["timed"])
             else:
                 cond.run(cmd["warmup"], cmd["timed"])
         except Exception as exc:  # noqa: BLE001

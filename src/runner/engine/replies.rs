@@ -36,6 +36,12 @@ pub(super) struct StepReply {
     loss: Option<f64>,
     fingerprint: String,
     epoch: u64,
+    /// The rank that took the step and its wait at the barrier after it (a node of several
+    /// ranks; absent with one).
+    #[serde(default)]
+    rank: usize,
+    #[serde(default)]
+    sync_ms: f64,
 }
 
 impl StepReply {
@@ -59,6 +65,8 @@ impl StepReply {
             fingerprint,
             epoch: self.epoch,
             device_ms: self.device_ms.unwrap_or(f64::NAN),
+            rank: self.rank,
+            sync_ms: self.sync_ms,
             ..row_of(planned, self.step)
         })
     }
