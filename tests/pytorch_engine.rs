@@ -701,6 +701,32 @@ headroom = false
     }
 }
 
+/// Run `file` into `out` and Ctrl-C it once `rows` rows have reached the partial folder's
+/// steps.csv (the child's rows arrive as each run ends: so during a later run); its exit
+/// status, its stderr and the partial folder.
+fn interrupted(file: &Path, out: &Path, rows: usize) -> (Option<i32>, String, PathBuf) {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_loaderlab"))
+        .arg(file)
+        .arg("--out")
+        .arg(out)
+        .arg("--quiet")
+        .env_remove("LOADERLAB_PYTHON")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let partial = out.with_extension("partial");
+    common::interrupt_after_rows(
+        &child,
+        &partial.join("steps.csv"),
+        rows,
+        std::time::Duration::from_secs(180),
+    );
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    (output.status.code(), stderr, partial)
+}
+
 #[test]
 fn ctrl_c_stops_the_child_and_keeps_the_rows() {
     let Some(python) = python() else { return };
@@ -714,27 +740,9 @@ fn ctrl_c_stops_the_child_and_keeps_the_rows() {
     let file = dir.path().join("stop.toml");
     std::fs::write(&file, text).unwrap();
     let out = dir.path().join("out");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_loaderlab"))
-        .arg(&file)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quiet")
-        .env_remove("LOADERLAB_PYTHON")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The child's rows reach steps.csv at the end of each run: stop during the second.
-    let partial = dir.path().join("out.partial");
-    common::interrupt_after_rows(
-        &child,
-        &partial.join("steps.csv"),
-        150,
-        std::time::Duration::from_secs(180),
-    );
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    // Stop during the second run.
+    let (code, stderr, partial) = interrupted(&file, &out, 150);
+    assert_eq!(code, Some(130), "{stderr}");
     let steps = std::fs::read_to_string(partial.join("steps.csv")).unwrap();
     assert!(steps.lines().count() > 150, "the first run's rows are kept");
     let runs = std::fs::read_to_string(partial.join("runs.csv")).unwrap();
@@ -805,26 +813,8 @@ fn a_node_of_ranks_runs_a_dataloader_per_rank_meeting_at_a_barrier() {
     let long = text.replace("timed_steps = 8", "timed_steps = 100");
     let file = dir.path().join("stop.toml");
     std::fs::write(&file, long).unwrap();
-    let stopped = dir.path().join("stopped");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_loaderlab"))
-        .arg(&file)
-        .arg("--out")
-        .arg(&stopped)
-        .arg("--quiet")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let partial = dir.path().join("stopped.partial");
-    common::interrupt_after_rows(
-        &child,
-        &partial.join("steps.csv"),
-        200,
-        std::time::Duration::from_secs(180),
-    );
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    let (code, stderr, partial) = interrupted(&file, &dir.path().join("stopped"), 200);
+    assert_eq!(code, Some(130), "{stderr}");
     let steps = std::fs::read_to_string(partial.join("steps.csv")).unwrap();
     assert!(steps.lines().count() > 200, "the first run's rows are kept");
 }
