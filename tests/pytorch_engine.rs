@@ -819,6 +819,45 @@ fn a_node_of_ranks_runs_a_dataloader_per_rank_meeting_at_a_barrier() {
     assert!(steps.lines().count() > 200, "the first run's rows are kept");
 }
 
+/// A rank whose process dies (the Dataset calls `os._exit` on an image only rank 1 reads) ends
+/// the run with one message naming the rank and its exit status (exit 1), not a hang.
+#[test]
+fn a_rank_that_dies_ends_the_run_with_one_message() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let file = users_experiment(
+        dir.path(),
+        &python,
+        "dies_in_rank_1",
+        "[distributed]\nranks = 2\n\n[protocol]\nwarmup_steps = 1\ntimed_steps = 2\n\
+         rounds = 1\nprofile = false\nheadroom = false\n",
+    );
+    // Without shuffling rank 1 takes the odd images, 5 among them.
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text.replace(
+            "engine = \"pytorch\"",
+            "engine = \"pytorch\"\nshuffle = false",
+        ),
+    )
+    .unwrap();
+    let output = loaderlab()
+        .arg(&file)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .arg("--quiet")
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("rank 1 ended with exit status 3"),
+        "{stderr}"
+    );
+}
+
 /// The user's own Dataset (`[pytorch] dataset`): `sleep_ms` of waiting per image (storage, a
 /// remote read), 1×8×8 tensors, 4,096 of them; a `worker_init_fn` that marks each worker.
 const USERS_DATASET: &str = r#"
@@ -848,6 +887,17 @@ def make_dataset():
 
 def not_pairs():
     return [torch.zeros(3)] * 8
+
+
+class DiesAt5(Mine):
+    def __getitem__(self, i):
+        if i == 5:
+            os._exit(3)
+        return super().__getitem__(i)
+
+
+def dies_in_rank_1():
+    return DiesAt5()
 
 
 def init_worker(worker_id):

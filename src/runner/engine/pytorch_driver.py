@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import queue
 import signal
 import sys
 import threading
@@ -783,12 +784,22 @@ class Condition:
         ]
         for proc in procs:
             proc.start()
-        started, done, rows, error = [], [], [], None
-        while len(done) < ranks and error is None:
+        started, done, rows, errors = [], [], [], []
+        # Until every rank has answered (done or failed); a rank that dies unanswered (killed)
+        # is a failure too, and any failure releases the others from the barrier.
+        while len(done) + len(errors) < ranks:
             try:
-                kind, payload = results.get()
+                kind, payload = results.get(timeout=1.0)
             except KeyboardInterrupt:
                 stop.value = 1
+                continue
+            except queue.Empty:
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+                if dead and not errors:
+                    errors.append(f"rank {dead[0]} ended with exit status {procs[dead[0]].exitcode}")
+                    barrier.abort()
+                if dead and all(p.exitcode is not None for p in procs):
+                    break
                 continue
             if kind == "started":
                 started.append(payload)
@@ -799,15 +810,16 @@ class Condition:
             elif kind == "done":
                 done.append(payload)
             else:
-                error = payload
-        if error is not None:
-            barrier.abort()
+                errors.append(payload)
+                barrier.abort()
         for proc in procs:
-            proc.join(timeout=None if error is None else 5)
+            proc.join(timeout=None if not errors else 5)
             if proc.is_alive():
                 proc.kill()
-        if error is not None:
-            raise RuntimeError(error)
+        if errors:
+            # The rank that failed first, not one the broken barrier released.
+            first = [e for e in errors if "BrokenBarrierError" not in e] or errors
+            raise RuntimeError(first[0])
         images = sum(row.pop("images") for row in rows)
         for row in sorted(rows, key=lambda r: (r["step"], r["rank"])):
             say({"kind": "step", **row})
