@@ -7,8 +7,10 @@
 
 mod decode;
 mod download;
+mod encoded;
 mod idx;
 pub mod kinds;
+mod memory;
 pub mod page_cache;
 mod section;
 pub mod storage;
@@ -22,10 +24,10 @@ pub use decode::{EXTENSIONS, decode, decode_region, encode};
 pub use download::{FileSpec, Mirrors};
 pub use idx::{IdxArray, read_idx, write_idx};
 pub use kinds::{
-    CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_SHAPE, Cifar10, DatasetKind, EncodedSynthetic, FASHION_MNIST,
-    IdxFamily, ImageFolder, Kind, MNIST, Mnist, Storing, Synthetic, ensure_files, unpack_cifar,
-    webdataset,
+    CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_SHAPE, DatasetKind, EncodedSynthetic, FASHION_MNIST, IdxFamily,
+    ImageFolder, Kind, MNIST, Storing, Synthetic, ensure_files, unpack_cifar, webdataset,
 };
+pub use memory::InMemory;
 pub use section::{
     CacheMode, ColorMode, DatasetSection, Encoding, OnError, PageCache, Split, StorageSection,
 };
@@ -85,7 +87,7 @@ pub trait Dataset: Send + Sync {
     fn describe(&self) -> String;
     /// How its images are stored and read; by default as a dataset held in memory once opened.
     fn storage(&self) -> &dyn StorageHints {
-        &InMemory
+        &NoHints
     }
 }
 
@@ -135,10 +137,10 @@ pub trait StorageHints: Send + Sync {
     fn prefetch(&self, _index: usize) {}
 }
 
-/// The hints of a dataset held in memory: every default.
-pub struct InMemory;
+/// The hints of a dataset that has none to give: every default.
+pub struct NoHints;
 
-impl StorageHints for InMemory {}
+impl StorageHints for NoHints {}
 
 /// A dataset seen through one change ([`Adapt`]) of how it is read or stored: every other
 /// answer is the inner dataset's. The forwarding is written once, here, so an adaptation says
@@ -344,44 +346,6 @@ pub(crate) fn varying_shape(mode: ColorMode) -> ImageShape {
         ColorMode::L => 1,
     };
     ImageShape::new(channels, 0, 0)
-}
-
-/// [`Dataset::image_into`] for images that differ in size and may not decode: readers use
-/// [`Dataset::read_image`]; this infallible form panics with the reason.
-pub(crate) fn read_into(d: &dyn Dataset, index: usize, buf: &mut [u8]) {
-    let mut v = Vec::new();
-    match d.read_image(index, &mut v) {
-        Ok(shape) => buf[..shape.len()].copy_from_slice(&v),
-        Err(e) => panic!("{e}"),
-    }
-}
-
-/// Read image `index` with `read`; with `on_error = "skip"` a failure reads the next image
-/// instead (wrapping around), counted in `skipped`; `none` is the error when none reads.
-pub(crate) fn read_or_skip(
-    len: usize,
-    index: usize,
-    on_error: OnError,
-    skipped: &std::sync::atomic::AtomicU64,
-    mut read: impl FnMut(usize) -> Result<Read, DataError>,
-    none: impl FnOnce() -> DataError,
-) -> Result<Read, DataError> {
-    let mut first_error = None;
-    for k in 0..len {
-        match read((index + k) % len) {
-            Ok(r) => {
-                if k > 0 {
-                    skipped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                return Ok(r);
-            }
-            Err(e) if on_error == OnError::Skip => {
-                first_error.get_or_insert(e);
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Err(first_error.unwrap_or_else(none))
 }
 
 /// Ask the CPU to bring `bytes` into cache ahead of a read: a hint, a no-op off x86-64.

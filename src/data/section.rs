@@ -66,6 +66,16 @@ pub enum Split {
     Test,
 }
 
+impl Split {
+    /// The word the file takes, for descriptions.
+    pub fn word(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Test => "test",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatasetSection {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::Kind;
 use crate::data::download::{download, md5_hex};
-use crate::data::{DataError, Dataset, FileSpec, ImageShape, Mirrors, StorageHints};
+use crate::data::{DataError, Dataset, FileSpec, ImageShape, InMemory, Mirrors};
 use crate::data::{DatasetSection, Split};
 
 /// 3×32×32, planar.
@@ -71,11 +71,7 @@ impl Kind for Cifar10Kind {
         _seed: u64,
         mirrors: &Mirrors,
     ) -> Result<Arc<dyn Dataset>, DataError> {
-        Ok(Arc::new(Cifar10::open(
-            Path::new(&d.root),
-            d.split,
-            mirrors,
-        )?))
+        Ok(Arc::new(read(Path::new(&d.root), d.split, mirrors)?))
     }
     /// torchvision's CIFAR10 reads the Python version (`cifar-10-batches-py/`, the same images
     /// in the same order); where only the binary version lies, the child reads the bytes.
@@ -91,93 +87,51 @@ impl Kind for Cifar10Kind {
     }
 }
 
-/// CIFAR-10 held in memory: images planar, labels 0–9.
-pub struct Cifar10 {
-    images: Vec<u8>,
-    labels: Vec<u8>,
-    split: Split,
-}
-
-impl Cifar10 {
-    pub fn open(root: &Path, split: Split, mirrors: &Mirrors) -> Result<Self, DataError> {
-        let dir = root.join(CIFAR_DIR);
-        let files = split_files(split);
-        if files.iter().any(|f| !dir.join(f).is_file()) {
-            fetch_archive(root, mirrors)?;
-        }
-        let n = files.len() * PER_FILE;
-        let mut images = crate::data::with_large_pages(n * CIFAR_SHAPE.len());
-        let mut labels = Vec::with_capacity(n);
-        for name in files {
-            let path = dir.join(name);
-            let bytes = std::fs::read(&path).map_err(|source| DataError::Io {
-                path: path.clone(),
-                source,
-            })?;
-            if bytes.len() != PER_FILE * RECORD {
-                return Err(DataError::Mismatch(format!(
-                    "{}: expected {} bytes ({PER_FILE} records of {RECORD}), found {}; the \
+/// CIFAR-10 read into memory: images planar, labels 0–9.
+fn read(root: &Path, split: Split, mirrors: &Mirrors) -> Result<InMemory, DataError> {
+    let dir = root.join(CIFAR_DIR);
+    let files = split_files(split);
+    if files.iter().any(|f| !dir.join(f).is_file()) {
+        fetch_archive(root, mirrors)?;
+    }
+    let n = files.len() * PER_FILE;
+    let mut images = crate::data::with_large_pages(n * CIFAR_SHAPE.len());
+    let mut labels = Vec::with_capacity(n);
+    for name in files {
+        let path = dir.join(name);
+        let bytes = std::fs::read(&path).map_err(|source| DataError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        if bytes.len() != PER_FILE * RECORD {
+            return Err(DataError::Mismatch(format!(
+                "{}: expected {} bytes ({PER_FILE} records of {RECORD}), found {}; the \
                      file is truncated or not CIFAR-10's binary version: delete the folder \
                      and run again to download it afresh",
+                path.display(),
+                PER_FILE * RECORD,
+                bytes.len()
+            )));
+        }
+        for (k, record) in bytes.chunks_exact(RECORD).enumerate() {
+            if record[0] > 9 {
+                return Err(DataError::Mismatch(format!(
+                    "{}: record {k} has label {}, outside 0–9",
                     path.display(),
-                    PER_FILE * RECORD,
-                    bytes.len()
+                    record[0]
                 )));
             }
-            for (k, record) in bytes.chunks_exact(RECORD).enumerate() {
-                if record[0] > 9 {
-                    return Err(DataError::Mismatch(format!(
-                        "{}: record {k} has label {}, outside 0–9",
-                        path.display(),
-                        record[0]
-                    )));
-                }
-                labels.push(record[0]);
-                images.extend_from_slice(&record[1..]);
-            }
+            labels.push(record[0]);
+            images.extend_from_slice(&record[1..]);
         }
-        Ok(Cifar10 {
-            images,
-            labels,
-            split,
-        })
     }
-}
-
-impl Dataset for Cifar10 {
-    fn len(&self) -> usize {
-        self.labels.len()
-    }
-    fn label(&self, index: usize) -> u8 {
-        self.labels[index]
-    }
-    fn shape(&self) -> ImageShape {
-        CIFAR_SHAPE
-    }
-    fn image_into(&self, index: usize, buf: &mut [u8]) {
-        let n = CIFAR_SHAPE.len();
-        buf[..n].copy_from_slice(&self.images[index * n..(index + 1) * n]);
-    }
-    fn classes(&self) -> usize {
-        10
-    }
-    fn describe(&self) -> String {
-        let split = match self.split {
-            Split::Train => "train",
-            Split::Test => "test",
-        };
-        format!("CIFAR-10 {split} ({} images)", self.len())
-    }
-    fn storage(&self) -> &dyn StorageHints {
-        self
-    }
-}
-
-impl StorageHints for Cifar10 {
-    fn prefetch(&self, index: usize) {
-        let n = CIFAR_SHAPE.len();
-        crate::data::prefetch_bytes(&self.images[index * n..(index + 1) * n]);
-    }
+    Ok(InMemory::new(
+        images,
+        labels,
+        CIFAR_SHAPE,
+        10,
+        format!("CIFAR-10 {}", split.word()),
+    ))
 }
 
 /// What to place by hand, for the messages.

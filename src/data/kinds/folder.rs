@@ -10,14 +10,14 @@
 //! and the decoder's reason; `"skip"` serves the next readable image in its place (the same
 //! one in every condition) and counts it.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Kind, Storing};
-use crate::data::decode::{EXTENSIONS, UNSUPPORTED, decode_region};
-use crate::data::{CacheMode, ColorMode, DatasetSection, Mirrors, OnError};
-use crate::data::{DataError, Dataset, ImageShape, Read, Region, StorageHints};
+use crate::data::decode::{EXTENSIONS, UNSUPPORTED};
+use crate::data::encoded::{EncodedImages, Members};
+use crate::data::{CacheMode, ColorMode, DataError, Dataset, DatasetSection, Mirrors, OnError};
 
 /// `dataset.kind = "image_folder"`: images of any size, listed when opened.
 pub struct ImageFolderKind;
@@ -54,18 +54,17 @@ impl Kind for ImageFolderKind {
     }
 }
 
-pub struct ImageFolder {
+/// An image folder: its files and their labels.
+pub type ImageFolder = EncodedImages<FolderFiles>;
+
+/// The image files of a folder, in torchvision's order.
+pub struct FolderFiles {
     root: PathBuf,
     classes: Vec<String>,
     samples: Vec<(PathBuf, u8)>,
-    mode: ColorMode,
-    on_error: OnError,
     cache: CacheMode,
     /// Every file's bytes (`cache = "encoded"`).
     encoded: Option<Vec<Vec<u8>>>,
-    /// Every image decoded, with its shape (`cache = "decoded"`).
-    decoded: Option<Vec<(ImageShape, Vec<u8>)>>,
-    skipped: AtomicU64,
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> DataError + '_ {
@@ -231,136 +230,62 @@ impl ImageFolder {
         }
         let classes = class_folders(root)?;
         let samples = list_samples(root, &classes)?;
-        let mut folder = ImageFolder {
+        // `cache = "encoded"`: every file read ahead of the runs.
+        let encoded = match cache {
+            CacheMode::Encoded => Some(
+                samples
+                    .iter()
+                    .map(|(p, _)| std::fs::read(p).map_err(io(p)))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            CacheMode::None | CacheMode::Decoded => None,
+        };
+        let files = FolderFiles {
             root: root.to_path_buf(),
             classes,
             samples,
-            mode,
-            on_error,
             cache,
-            encoded: None,
-            decoded: None,
-            skipped: AtomicU64::new(0),
+            encoded,
         };
-        folder.fill_cache(cache)?;
-        Ok(folder)
-    }
-
-    /// Reads (`encoded`) or decodes (`decoded`) every sample ahead of the runs.
-    fn fill_cache(&mut self, cache: CacheMode) -> Result<(), DataError> {
-        match cache {
-            CacheMode::None => {}
-            CacheMode::Encoded => {
-                let bytes: Result<Vec<Vec<u8>>, DataError> = self
-                    .samples
-                    .iter()
-                    .map(|(p, _)| std::fs::read(p).map_err(io(p)))
-                    .collect();
-                self.encoded = Some(bytes?);
-            }
-            CacheMode::Decoded => {
-                let mut all = Vec::with_capacity(self.samples.len());
-                for i in 0..self.samples.len() {
-                    let mut pixels = Vec::new();
-                    let shape = self.read_or_skip(i, &mut pixels, &|_| None)?.shape;
-                    all.push((shape, pixels));
-                }
-                self.decoded = Some(all);
-            }
-        }
-        Ok(())
-    }
-
-    /// Read and decode (the `region` of) sample `index` from its file or the encoded cache.
-    fn decode_one(
-        &self,
-        index: usize,
-        out: &mut Vec<u8>,
-        region: Region,
-    ) -> Result<Read, DataError> {
-        let path = &self.samples[index].0;
-        let owned;
-        let bytes = match &self.encoded {
-            Some(all) => &all[index],
-            None => {
-                owned = std::fs::read(path).map_err(io(path))?;
-                &owned
-            }
-        };
-        decode_region(bytes, self.mode, region, out).map_err(|reason| {
-            DataError::Mismatch(format!("cannot decode {}: {reason}", path.display()))
-        })
-    }
-
-    /// Sample `index`, or with `on_error = "skip"` the next one that decodes.
-    fn read_or_skip(
-        &self,
-        index: usize,
-        out: &mut Vec<u8>,
-        region: Region,
-    ) -> Result<Read, DataError> {
-        crate::data::read_or_skip(
-            self.samples.len(),
-            index,
-            self.on_error,
-            &self.skipped,
-            |i| self.decode_one(i, out, region),
-            || DataError::Mismatch(format!("{}: no image decodes", self.root.display())),
-        )
+        EncodedImages::new(files, mode, on_error, cache == CacheMode::Decoded)
     }
 
     /// The class names, in label order.
     pub fn class_names(&self) -> &[String] {
-        &self.classes
+        &self.members().classes
     }
 
     /// The file of sample `index`.
     pub fn path(&self, index: usize) -> &Path {
-        &self.samples[index].0
+        &self.members().samples[index].0
     }
 }
 
-impl Dataset for ImageFolder {
+impl Members for FolderFiles {
     fn len(&self) -> usize {
         self.samples.len()
     }
     fn label(&self, index: usize) -> u8 {
         self.samples[index].1
     }
-    fn shape(&self) -> ImageShape {
-        crate::data::varying_shape(self.mode)
-    }
-    fn image_into(&self, index: usize, buf: &mut [u8]) {
-        crate::data::read_into(self, index, buf)
-    }
-    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {
-        if let Some(all) = &self.decoded {
-            let (shape, pixels) = &all[index];
-            buf.clear();
-            buf.extend_from_slice(pixels);
-            return Ok(*shape);
-        }
-        self.read_or_skip(index, buf, &|_| None)
-            .map(|read| read.shape)
-    }
-    fn read_region(
-        &self,
-        index: usize,
-        buf: &mut Vec<u8>,
-        region: Region,
-    ) -> Result<Read, DataError> {
-        if self.decoded.is_some() {
-            // Decoded pixels are cached whole: nothing to save.
-            let shape = self.read_image(index, buf)?;
-            return Ok(Read {
-                shape,
-                region: None,
-            });
-        }
-        self.read_or_skip(index, buf, region)
-    }
     fn classes(&self) -> usize {
         self.classes.len()
+    }
+    fn bytes(&self, index: usize) -> Result<Cow<'_, [u8]>, DataError> {
+        match &self.encoded {
+            Some(all) => Ok(Cow::Borrowed(&all[index])),
+            None => {
+                let path = &self.samples[index].0;
+                Ok(Cow::Owned(std::fs::read(path).map_err(io(path))?))
+            }
+        }
+    }
+    fn undecodable(&self, index: usize, reason: String) -> DataError {
+        let path = &self.samples[index].0;
+        DataError::Mismatch(format!("cannot decode {}: {reason}", path.display()))
+    }
+    fn none_decodes(&self) -> DataError {
+        DataError::Mismatch(format!("{}: no image decodes", self.root.display()))
     }
     fn describe(&self) -> String {
         let cache = match self.cache {
@@ -375,20 +300,6 @@ impl Dataset for ImageFolder {
             self.classes.len()
         )
     }
-    fn storage(&self) -> &dyn StorageHints {
-        self
-    }
-}
-
-impl StorageHints for ImageFolder {
-    fn stored_len(&self, index: usize) -> Option<u64> {
-        match &self.encoded {
-            Some(bytes) => Some(bytes[index].len() as u64),
-            None => std::fs::metadata(&self.samples[index].0)
-                .ok()
-                .map(|m| m.len()),
-        }
-    }
     fn files(&self) -> Vec<PathBuf> {
         if self.cache == CacheMode::None {
             self.samples.iter().map(|(p, _)| p.clone()).collect()
@@ -396,16 +307,12 @@ impl StorageHints for ImageFolder {
             Vec::new()
         }
     }
-    fn decodes(&self) -> bool {
-        self.decoded.is_none()
-    }
-    fn encoded(&self, index: usize) -> Option<Vec<u8>> {
+    fn stored_len(&self, index: usize) -> Option<u64> {
         match &self.encoded {
-            Some(all) => Some(all[index].clone()),
-            None => std::fs::read(&self.samples[index].0).ok(),
+            Some(bytes) => Some(bytes[index].len() as u64),
+            None => std::fs::metadata(&self.samples[index].0)
+                .ok()
+                .map(|m| m.len()),
         }
-    }
-    fn skipped(&self) -> u64 {
-        self.skipped.load(Ordering::Relaxed)
     }
 }

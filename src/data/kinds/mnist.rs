@@ -9,11 +9,10 @@ use std::sync::Arc;
 
 use super::Kind;
 use crate::data::download::{download, md5_hex};
-use crate::data::{DataError, Dataset, FileSpec, ImageShape, Mirrors, StorageHints, read_idx};
+use crate::data::{DataError, Dataset, FileSpec, ImageShape, InMemory, Mirrors, read_idx};
 use crate::data::{DatasetSection, Split};
 
 const IMAGE_SIDE: usize = 28;
-const IMAGE_PIXELS: usize = IMAGE_SIDE * IMAGE_SIDE;
 
 /// A dataset published as four IDX files: its name, torchvision's folder for it, the files and
 /// the mirrors that serve them.
@@ -101,88 +100,45 @@ impl IdxFamily {
     }
 }
 
-/// FashionMNIST or MNIST, held in memory.
-pub struct Mnist {
+/// FashionMNIST or MNIST, read into memory.
+fn read(
     family: IdxFamily,
-    images: Vec<u8>,
-    labels: Vec<u8>,
+    root: &Path,
     split: Split,
-}
-
-impl Mnist {
-    pub fn open(
-        family: IdxFamily,
-        root: &Path,
-        split: Split,
-        mirrors: &Mirrors,
-    ) -> Result<Self, DataError> {
-        let paths = ensure_files(root, &family, &family.files(split), mirrors)?;
-        let images = read_idx(&paths[0])?;
-        let labels = read_idx(&paths[1])?;
-        let n = fashion_mnist_len(split) as usize;
-        if images.dims != [n, IMAGE_SIDE, IMAGE_SIDE] {
-            return Err(DataError::BadIdx {
-                path: paths[0].clone(),
-                reason: format!(
-                    "expected dimensions {n}×{IMAGE_SIDE}×{IMAGE_SIDE} for {} {split:?}, found {:?}",
-                    family.name, images.dims
-                ),
-            });
-        }
-        if labels.dims != [n] {
-            return Err(DataError::BadIdx {
-                path: paths[1].clone(),
-                reason: format!("expected {n} labels, found dimensions {:?}", labels.dims),
-            });
-        }
-        if let Some(bad) = labels.data.iter().find(|&&l| l > 9) {
-            return Err(DataError::BadIdx {
-                path: paths[1].clone(),
-                reason: format!("label {bad} is outside 0–9"),
-            });
-        }
-        Ok(Mnist {
-            family,
-            images: images.data,
-            labels: labels.data,
-            split,
-        })
+    mirrors: &Mirrors,
+) -> Result<InMemory, DataError> {
+    let paths = ensure_files(root, &family, &family.files(split), mirrors)?;
+    let images = read_idx(&paths[0])?;
+    let labels = read_idx(&paths[1])?;
+    let n = fashion_mnist_len(split) as usize;
+    if images.dims != [n, IMAGE_SIDE, IMAGE_SIDE] {
+        return Err(DataError::BadIdx {
+            path: paths[0].clone(),
+            reason: format!(
+                "expected dimensions {n}×{IMAGE_SIDE}×{IMAGE_SIDE} for {} {split:?}, found {:?}",
+                family.name, images.dims
+            ),
+        });
     }
-}
-
-impl Dataset for Mnist {
-    fn len(&self) -> usize {
-        self.labels.len()
+    if labels.dims != [n] {
+        return Err(DataError::BadIdx {
+            path: paths[1].clone(),
+            reason: format!("expected {n} labels, found dimensions {:?}", labels.dims),
+        });
     }
-    fn label(&self, index: usize) -> u8 {
-        self.labels[index]
+    if let Some(bad) = labels.data.iter().find(|&&l| l > 9) {
+        return Err(DataError::BadIdx {
+            path: paths[1].clone(),
+            reason: format!("label {bad} is outside 0–9"),
+        });
     }
-    fn shape(&self) -> ImageShape {
-        ImageShape::GREY_28
-    }
-    fn image_into(&self, index: usize, buf: &mut [u8]) {
-        buf[..IMAGE_PIXELS]
-            .copy_from_slice(&self.images[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]);
-    }
-    fn classes(&self) -> usize {
-        10
-    }
-    fn describe(&self) -> String {
-        let split = match self.split {
-            Split::Train => "train",
-            Split::Test => "test",
-        };
-        format!("{} {split} ({} images)", self.family.name, self.len())
-    }
-    fn storage(&self) -> &dyn StorageHints {
-        self
-    }
-}
-
-impl StorageHints for Mnist {
-    fn prefetch(&self, index: usize) {
-        crate::data::prefetch_bytes(&self.images[index * IMAGE_PIXELS..(index + 1) * IMAGE_PIXELS]);
-    }
+    Ok(InMemory::new(
+        images.data,
+        labels.data,
+        ImageShape::GREY_28,
+        10,
+        format!("{} {}", family.name, split.word()),
+    ))
 }
 
 /// FashionMNIST's and MNIST's split sizes.
@@ -226,7 +182,7 @@ impl Kind for IdxKind {
         _seed: u64,
         mirrors: &Mirrors,
     ) -> Result<Arc<dyn Dataset>, DataError> {
-        Ok(Arc::new(Mnist::open(
+        Ok(Arc::new(read(
             self.family,
             Path::new(&d.root),
             d.split,

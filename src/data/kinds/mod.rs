@@ -20,9 +20,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use cifar::{CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_SHAPE, Cifar10, unpack as unpack_cifar};
+pub use cifar::{CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_SHAPE, unpack as unpack_cifar};
 pub use folder::ImageFolder;
-pub use mnist::{FASHION_MNIST, IdxFamily, MNIST, Mnist, ensure_files};
+pub use mnist::{FASHION_MNIST, IdxFamily, MNIST, ensure_files};
 pub use synthetic::{EncodedSynthetic, Synthetic};
 
 use super::{DataError, Dataset, DatasetSection, ImageShape, Mirrors};

@@ -9,22 +9,21 @@
 //! seeded shuffle buffer of `dataset.shuffle_buffer` samples — the order is computed from
 //! (seed, epoch) alone, so every worker count sees the same batches.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read as _;
 use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{Kind, Storing};
-use crate::data::decode::decode_region;
-use crate::data::{ColorMode, DatasetSection, Mirrors, OnError};
-use crate::data::{DataError, Dataset, ImageShape, Read, Region, StorageHints};
+use crate::data::encoded::{EncodedImages, Members};
+use crate::data::{ColorMode, DataError, Dataset, DatasetSection, Mirrors, OnError};
 
 /// One sample: where its image lies and its label.
 struct Member {
@@ -91,17 +90,18 @@ impl Kind for WebDatasetKind {
     }
 }
 
-pub struct WebDataset {
+/// WebDataset tar shards: their members and labels.
+pub type WebDataset = EncodedImages<Shards>;
+
+/// The samples of a list of tar shards, each shard open for positioned reads.
+pub struct Shards {
     shards: Vec<PathBuf>,
     files: Vec<File>,
     samples: Vec<Member>,
     /// The samples of each shard, as a range of `samples`.
     ranges: Vec<std::ops::Range<usize>>,
     classes: usize,
-    mode: ColorMode,
-    on_error: OnError,
     shuffle_buffer: usize,
-    skipped: AtomicU64,
 }
 
 fn bad(path: &Path, message: String) -> DataError {
@@ -174,46 +174,15 @@ impl WebDataset {
             .map(|m| m.label as usize + 1)
             .max()
             .unwrap_or(1);
-        Ok(WebDataset {
+        let shards = Shards {
             shards,
             files,
             samples,
             ranges,
             classes,
-            mode,
-            on_error,
             shuffle_buffer,
-            skipped: AtomicU64::new(0),
-        })
-    }
-
-    fn bytes(&self, index: usize) -> Result<Vec<u8>, DataError> {
-        let m = &self.samples[index];
-        let mut buf = vec![0u8; m.len as usize];
-        let shard = &self.shards[m.shard as usize];
-        self.files[m.shard as usize]
-            .read_exact_at(&mut buf, m.offset)
-            .map_err(|source| DataError::Io {
-                path: shard.clone(),
-                source,
-            })?;
-        Ok(buf)
-    }
-
-    fn decode_one(
-        &self,
-        index: usize,
-        out: &mut Vec<u8>,
-        region: Region,
-    ) -> Result<Read, DataError> {
-        let bytes = self.bytes(index)?;
-        decode_region(&bytes, self.mode, region, out).map_err(|e| {
-            let m = &self.samples[index];
-            bad(
-                &self.shards[m.shard as usize],
-                format!("sample {}: {e}", m.key),
-            )
-        })
+        };
+        EncodedImages::new(shards, mode, on_error, false)
     }
 }
 
@@ -302,39 +271,36 @@ fn index(shard: &Path, k: u32, out: &mut Vec<Member>) -> Result<(), DataError> {
     Ok(())
 }
 
-impl Dataset for WebDataset {
+impl Members for Shards {
     fn len(&self) -> usize {
         self.samples.len()
     }
     fn label(&self, index: usize) -> u8 {
         self.samples[index].label
     }
-    fn shape(&self) -> ImageShape {
-        crate::data::varying_shape(self.mode)
-    }
-    fn image_into(&self, index: usize, buf: &mut [u8]) {
-        crate::data::read_into(self, index, buf)
-    }
-    fn read_image(&self, index: usize, buf: &mut Vec<u8>) -> Result<ImageShape, DataError> {
-        self.read_region(index, buf, &|_| None).map(|r| r.shape)
-    }
-    fn read_region(
-        &self,
-        index: usize,
-        buf: &mut Vec<u8>,
-        region: Region,
-    ) -> Result<Read, DataError> {
-        crate::data::read_or_skip(
-            self.samples.len(),
-            index,
-            self.on_error,
-            &self.skipped,
-            |i| self.decode_one(i, buf, region),
-            || DataError::Mismatch("no sample of the shards decodes".into()),
-        )
-    }
     fn classes(&self) -> usize {
         self.classes
+    }
+    fn bytes(&self, index: usize) -> Result<Cow<'_, [u8]>, DataError> {
+        let m = &self.samples[index];
+        let mut buf = vec![0u8; m.len as usize];
+        self.files[m.shard as usize]
+            .read_exact_at(&mut buf, m.offset)
+            .map_err(|source| DataError::Io {
+                path: self.shards[m.shard as usize].clone(),
+                source,
+            })?;
+        Ok(Cow::Owned(buf))
+    }
+    fn undecodable(&self, index: usize, reason: String) -> DataError {
+        let m = &self.samples[index];
+        bad(
+            &self.shards[m.shard as usize],
+            format!("sample {}: {reason}", m.key),
+        )
+    }
+    fn none_decodes(&self) -> DataError {
+        DataError::Mismatch("no sample of the shards decodes".into())
     }
     fn describe(&self) -> String {
         format!(
@@ -345,15 +311,6 @@ impl Dataset for WebDataset {
             self.shuffle_buffer
         )
     }
-    fn storage(&self) -> &dyn StorageHints {
-        self
-    }
-}
-
-impl StorageHints for WebDataset {
-    fn decodes(&self) -> bool {
-        true
-    }
     fn files(&self) -> Vec<PathBuf> {
         self.shards.clone()
     }
@@ -362,12 +319,6 @@ impl StorageHints for WebDataset {
     }
     fn storage_unit(&self, index: usize) -> Option<u32> {
         Some(self.samples[index].shard)
-    }
-    fn encoded(&self, index: usize) -> Option<Vec<u8>> {
-        self.bytes(index).ok()
-    }
-    fn skipped(&self) -> u64 {
-        self.skipped.load(Ordering::Relaxed)
     }
     fn epoch_order(&self, shuffle: bool, seed: u64, epoch: u64, order: &mut Vec<u32>) -> bool {
         order.clear();
