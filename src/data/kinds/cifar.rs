@@ -106,8 +106,8 @@ fn read(root: &Path, split: Split, mirrors: &Mirrors) -> Result<InMemory, DataEr
         if bytes.len() != PER_FILE * RECORD {
             return Err(DataError::Mismatch(format!(
                 "{}: expected {} bytes ({PER_FILE} records of {RECORD}), found {}; the \
-                     file is truncated or not CIFAR-10's binary version: delete the folder \
-                     and run again to download it afresh",
+                 file is truncated or not CIFAR-10's binary version: delete the folder \
+                 and run again to download it afresh",
                 path.display(),
                 PER_FILE * RECORD,
                 bytes.len()
