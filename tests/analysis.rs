@@ -70,6 +70,7 @@ fn folder_of(
                 engine: None,
                 stages: None,
                 headroom: None,
+                host: None,
             })
             .collect(),
         warnings: vec![],

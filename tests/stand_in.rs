@@ -118,7 +118,7 @@ fn the_ceiling_of_a_stand_in_step_is_batch_over_its_time() {
     );
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("stand-in step of 80 ms"));
-    assert!(report.contains("The step is a stand-in of declared device time"));
+    assert!(report.contains("The step is a stand-in of declared times"));
     let verify = loaderlab().arg("verify").arg(&out).output().unwrap();
     assert!(
         verify.status.success(),
@@ -186,4 +186,102 @@ fn a_planted_loader_cost_is_judged_against_the_stand_in_step() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(stdout.contains("chosen: loader.workers = 2"), "{stdout}");
+}
+
+/// The stand-in's host side (`model.host_ms`) with no device (`step_ms = 0`): a synchronous CPU
+/// step that holds `host_threads` cores, named for what it is, classified by the training
+/// thread's waiting share, its threads kept out of the workers' cores.
+#[test]
+fn a_stand_in_all_on_the_host_is_a_synchronous_cpu_step() {
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let text = experiment(
+        "host",
+        0.0,
+        0.0,
+        &format!(
+            "[protocol]\nwarmup_steps = 2\ntimed_steps = 6\nrounds = 1\nprofile_steps = 3\n\
+             headroom_steps = 6\n\n[matrix]\n\"loader.workers\" = [0, 1]\n\"model.host_threads\" \
+             = [1, {cores}]\n"
+        ),
+    )
+    .replace("step_ms = 0\n", "step_ms = 0\nhost_ms = 3\n");
+    let out = run(dir.path(), "host", &text);
+    let r = json(&out.join("result.json"));
+    for c in r["run"]["conditions"].as_array().unwrap() {
+        assert_eq!(c["compute_device"], "cpu", "{c}");
+        let threads = c["host"]["threads"].as_u64().unwrap();
+        assert_eq!(c["host"]["ms"], 3.0, "{c}");
+        assert_eq!(c["cpu_threads"].as_u64(), Some(threads), "{c}");
+        let model = c["model"].as_str().unwrap();
+        let want = if threads > 1 {
+            format!("stand-in step: 3 ms on the host ({threads} threads), no device")
+        } else {
+            "stand-in step: 3 ms on the host, no device".to_string()
+        };
+        assert_eq!(model, want, "{c}");
+    }
+    for c in r["analysis"]["conditions"].as_array().unwrap() {
+        assert_eq!(c["judgement"]["classified_by"], "waiting", "{c}");
+        assert_eq!(c["device_clock"], "host timers (CPU)", "{c}");
+        // The step holds the core for its 3 ms of CPU time.
+        let step = c["step_median_ms"].as_f64().unwrap();
+        assert!(step >= 2.9, "{step} ms: {c}");
+    }
+    // A worker beside host_threads = cores: the warning names both, and the prediction keeps
+    // the step's threads out of the workers' cores.
+    let warnings = r["run"]["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!(
+            "1 loader workers + {cores} training-step threads exceed the {cores} cores"
+        )),
+        "{warnings}"
+    );
+    // The prediction's worker cap leaves the host side's cores to the step.
+    let cap = &r["analysis"]["prediction"]["cap_rule"];
+    assert!(cap["step_threads"].as_u64().unwrap() >= 1, "{cap}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("stand-in step: 3 ms on the host, no device"));
+    assert!(report.contains("With `step_ms = 0` there is no device"));
+    let verify = loaderlab().arg("verify").arg(&out).output().unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+}
+
+/// `host_ms` alone at 0 workers: the training thread loads a batch (a planted `cpu_work`), then
+/// spends the host's time, so it waits loader / (loader + host) of every step.
+#[test]
+#[ignore = "validation run: planted timing on real clocks (.ci/run: cargo test -- --ignored)"]
+fn the_host_side_alone_waits_the_loaders_share_of_the_step() {
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // About 15 ms of loading per batch of 256 against 20 ms of host time: ~43 % waiting.
+    let text = experiment(
+        "host_share",
+        0.0,
+        15_000.0 / 256.0,
+        "[protocol]\nwarmup_steps = 4\ntimed_steps = 30\nrounds = 2\nprofile_steps = 8\n\
+         headroom_steps = 10\n",
+    )
+    .replace("step_ms = 0\n", "step_ms = 0\nhost_ms = 20\n");
+    let out = run(dir.path(), "host_share", &text);
+    let r = json(&out.join("result.json"));
+    let c = &r["analysis"]["conditions"][0];
+    let share = c["judgement"]["share"].as_f64().unwrap();
+    let loader = r["analysis"]["profiles"][0]["build_ms"].as_f64().unwrap();
+    let want = loader / (loader + 20.0);
+    eprintln!("waiting share {share:.4}, loader {loader:.2} ms per batch: want {want:.4}");
+    assert_eq!(c["judgement"]["classified_by"], "waiting", "{c}");
+    assert!(
+        (share - want).abs() <= 0.03,
+        "waited {share:.3} of the step; loader {loader:.2} ms / (loader + 20 ms host) = {want:.3}"
+    );
+    // The prediction reads the step as synchronous: one worker takes the load off it.
+    let p = &r["analysis"]["prediction"];
+    assert_eq!(p["queued"], false, "{p}");
+    assert_eq!(p["workers"], 1, "{p}");
 }

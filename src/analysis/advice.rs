@@ -156,7 +156,9 @@ pub fn predict(
     let moderately = summary.judgement.thresholds.moderately_input_bound;
     let cm = meta.condition(&from.name)?;
     let queued = cm.compute_device == ComputeDevice::Emulated;
-    let (workers_exact, wanted) = workers_wanted(loader_ms_per_batch, step_ms, moderately, queued);
+    let host_ms = cm.host.map_or(0.0, |h| h.ms);
+    let (workers_exact, wanted) =
+        workers_wanted(loader_ms_per_batch, step_ms, moderately, queued, host_ms);
     // The share of the loader's time spent waiting for (emulated) storage: asleep, holding no
     // core, so that many more workers fit the cores.
     let storage_share = profile
@@ -212,17 +214,14 @@ impl WorkerPrediction {
 }
 
 /// The worker cap of a condition that ran as `cm` says, on a node of `cores` cores with
-/// `ranks` ranks, its loader asleep `asleep` of its time: a CPU step keeps its compute threads'
-/// cores, a step on a device (CUDA, the emulated device) holds none.
+/// `ranks` ranks, its loader asleep `asleep` of its time: the step keeps the cores of its
+/// threads ([`ConditionMeta::step_threads`]: a CPU step's compute threads, a stand-in's host
+/// side's; none for a step that only enqueues on a device).
 pub fn worker_cap(cores: usize, ranks: u64, cm: &ConditionMeta, asleep: f64) -> WorkerCap {
     WorkerCap {
         cores,
         ranks,
-        step_threads: if cm.compute_device.holds_cores() {
-            cm.cpu_threads as u64
-        } else {
-            0
-        },
+        step_threads: cm.step_threads(),
         asleep_share: asleep,
     }
 }
@@ -230,18 +229,20 @@ pub fn worker_cap(cores: usize, ranks: u64, cm: &ConditionMeta, asleep: f64) -> 
 /// Workers ≈ loader time per batch ÷ step time without waiting: the exact ratio, and the count
 /// wanted. At 0 workers the training thread loads each batch itself. On a synchronous step it
 /// then waits about exact / (1 + exact) of the step; on the stand-in's queue (`queued`) it
-/// builds the next batch while the device runs the last, and the device idles only for the
-/// part of the build beyond the step, 1 − 1 / exact of it. Under the `moderately` threshold,
-/// none are needed; else the ratio rounded up.
+/// builds the next batch while the device runs the last, after its own host side of `host_ms`
+/// per step, and the device idles for the part of host + build beyond the step,
+/// 1 − step / (host + build) of it (1 − 1 / exact with no host side). Under the `moderately`
+/// threshold, none are needed; else the ratio rounded up.
 pub fn workers_wanted(
     loader_ms_per_batch: f64,
     step_ms: f64,
     moderately: f64,
     queued: bool,
+    host_ms: f64,
 ) -> (f64, u64) {
     let workers_exact = loader_ms_per_batch / step_ms;
     let inline_wait_share = if queued {
-        (1.0 - 1.0 / workers_exact).max(0.0)
+        (1.0 - step_ms / (host_ms.max(0.0) + loader_ms_per_batch)).max(0.0)
     } else {
         workers_exact / (1.0 + workers_exact)
     };
@@ -277,17 +278,20 @@ mod tests {
     #[test]
     fn the_prediction_is_the_loader_time_over_the_step_rounded_up() {
         // 30 ms of loading per batch, a 20 ms step: 1.5 -> 2 workers.
-        assert_eq!(workers_wanted(30.0, 20.0, 0.05, false), (1.5, 2));
+        assert_eq!(workers_wanted(30.0, 20.0, 0.05, false, 0.0), (1.5, 2));
         // Exactly one step's worth: 1.
-        assert_eq!(workers_wanted(20.0, 20.0, 0.05, false).1, 1);
+        assert_eq!(workers_wanted(20.0, 20.0, 0.05, false, 0.0).1, 1);
         // 0.5 ms on a 20 ms step waits 2.4 % inline, under the 5 % threshold: none needed.
-        assert_eq!(workers_wanted(0.5, 20.0, 0.05, false).1, 0);
+        assert_eq!(workers_wanted(0.5, 20.0, 0.05, false, 0.0).1, 0);
         // The same at a 1 % threshold: one.
-        assert_eq!(workers_wanted(0.5, 20.0, 0.01, false).1, 1);
+        assert_eq!(workers_wanted(0.5, 20.0, 0.01, false, 0.0).1, 1);
         // On the stand-in's queue a build shorter than the step hides behind it: none needed;
         // 30 ms on a 20 ms step leaves the device idle a third of the time: two.
-        assert_eq!(workers_wanted(12.0, 20.0, 0.05, true).1, 0);
-        assert_eq!(workers_wanted(30.0, 20.0, 0.05, true), (1.5, 2));
+        assert_eq!(workers_wanted(12.0, 20.0, 0.05, true, 0.0).1, 0);
+        assert_eq!(workers_wanted(30.0, 20.0, 0.05, true, 0.0), (1.5, 2));
+        // With 15 ms of host work per step the same 12 ms build no longer hides: host and
+        // build take 27 ms of a 20 ms step, the device idles 26 % of it: one worker.
+        assert_eq!(workers_wanted(12.0, 20.0, 0.05, true, 15.0).1, 1);
         let check = |workers, input_bound| PredictionCheck {
             condition: format!("workers={workers}"),
             workers,

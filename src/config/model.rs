@@ -12,7 +12,7 @@ impl ModelSection {
             ModelKind::Cnn => &["channels", "kernel", "hidden"],
             ModelKind::Resnet => &["depth", "width", "stem"],
             ModelKind::Mlp => &["hidden"],
-            ModelKind::StandIn => &["step_ms"],
+            ModelKind::StandIn => &["step_ms", "host_ms", "host_threads"],
         }
     }
 
@@ -27,6 +27,8 @@ impl ModelSection {
             ("depth", self.depth != d.depth),
             ("stem", self.stem != d.stem),
             ("step_ms", self.step_ms != d.step_ms),
+            ("host_ms", self.host_ms != d.host_ms),
+            ("host_threads", self.host_threads != d.host_threads),
         ];
         let own = Self::keys_of(self.kind);
         set.iter()
@@ -43,6 +45,12 @@ impl ModelSection {
     /// The stand-in step's device time, when this is one.
     pub fn stand_in_ms(&self) -> Option<f64> {
         self.is_stand_in().then_some(self.step_ms)
+    }
+
+    /// The stand-in's host side (`host_ms` on `host_threads` cores), when this is a stand-in
+    /// with one.
+    pub fn host_side(&self) -> Option<(f64, u64)> {
+        (self.is_stand_in() && self.host_ms > 0.0).then_some((self.host_ms, self.host_threads))
     }
 
     /// The network these settings describe (none for the stand-in step).

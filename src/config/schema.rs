@@ -167,8 +167,9 @@ pub enum ModelKind {
     Cnn,
     Resnet,
     Mlp,
-    /// No network: the emulated device stays busy for `step_ms` per batch (the user's own
-    /// step time, e.g. from `loaderlab diagnose`).
+    /// No network: the training thread spends `host_ms` of CPU time per batch (on
+    /// `host_threads` cores), then the emulated device stays busy for `step_ms` (the user's own
+    /// step, e.g. from `loaderlab diagnose`).
     StandIn,
 }
 
@@ -191,8 +192,15 @@ pub struct ModelSection {
     pub depth: u64,
     /// resnet: "imagenet" (7×7 stride 2 + max-pool) or "cifar" (3×3 stride 1).
     pub stem: Stem,
-    /// stand_in: the device time of one step, ms (required, positive).
+    /// stand_in: the device time of one step, ms (0: no device, the step is all host).
     pub step_ms: f64,
+    /// stand_in: the host's own time per step, ms of CPU time the training thread spends on a
+    /// core before it enqueues the device's step (Python, autograd, kernel launches; on a CPU
+    /// job the whole step). 0: the host only enqueues.
+    pub host_ms: f64,
+    /// stand_in: the cores the host side holds while it spends `host_ms` (a CPU job's torch
+    /// intra-op threads), each spinning for `host_ms`.
+    pub host_threads: u64,
 }
 
 impl Default for ModelSection {
@@ -206,6 +214,8 @@ impl Default for ModelSection {
             depth: 18,
             stem: Stem::Imagenet,
             step_ms: 0.0,
+            host_ms: 0.0,
+            host_threads: 1,
         }
     }
 }

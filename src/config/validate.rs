@@ -305,6 +305,54 @@ fn check_transforms(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
 /// The longest stand-in step accepted (10 minutes): past it a "step" is a typo.
 pub const MAX_STAND_IN_MS: f64 = 600_000.0;
 
+/// The stand-in's two sides: the device's `step_ms` and the host's `host_ms` (each ≥ 0, not
+/// both 0, at most [`MAX_STAND_IN_MS`]) on `host_threads` cores (1 to this machine's).
+fn check_stand_in(m: &ModelSection, out: &mut Vec<(KeyPath, String)>) {
+    let ms_ok = |v: f64| v.is_finite() && (0.0..=MAX_STAND_IN_MS).contains(&v);
+    if !ms_ok(m.step_ms) {
+        out.push((
+            KeyPath::keys(["model", "step_ms"]),
+            format!(
+                "model.step_ms must be 0 to {MAX_STAND_IN_MS} milliseconds (the stand-in step's \
+                 device time; 0: no device, the step is all host; got {}; `loaderlab diagnose` \
+                 measures it from a torch.profiler trace)",
+                m.step_ms
+            ),
+        ));
+    }
+    if !ms_ok(m.host_ms) {
+        out.push((
+            KeyPath::keys(["model", "host_ms"]),
+            format!(
+                "model.host_ms must be 0 to {MAX_STAND_IN_MS} milliseconds (the host's own CPU \
+                 time per step, spent on the training thread before the device's step; got {})",
+                m.host_ms
+            ),
+        ));
+    }
+    if ms_ok(m.step_ms) && ms_ok(m.host_ms) && m.step_ms + m.host_ms <= 0.0 {
+        out.push((
+            KeyPath::keys(["model", "step_ms"]),
+            "the stand-in step takes no time: set model.step_ms (the device's time per step), \
+             model.host_ms (the host's), or both; `loaderlab diagnose` measures them from a \
+             torch.profiler trace"
+                .to_string(),
+        ));
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    if !(1..=cores).contains(&m.host_threads) {
+        out.push((
+            KeyPath::keys(["model", "host_threads"]),
+            format!(
+                "model.host_threads must be 1 to this machine's {cores} cores (the cores the \
+                 host side holds while it spends host_ms, e.g. a CPU job's \
+                 torch.get_num_threads()); got {}",
+                m.host_threads
+            ),
+        ));
+    }
+}
+
 /// The model takes what the transforms hand it; a key of another model kind is refused.
 fn check_model(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let m = &s.model;
@@ -322,17 +370,8 @@ fn check_model(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
             ),
         ));
     }
-    if let Some(step_ms) = m.stand_in_ms()
-        && !(step_ms.is_finite() && step_ms > 0.0 && step_ms <= MAX_STAND_IN_MS)
-    {
-        out.push((
-            KeyPath::keys(["model", "step_ms"]),
-            format!(
-                "model.step_ms must be a positive number of milliseconds, at most \
-                 {MAX_STAND_IN_MS} (the stand-in step's device time; got {step_ms}; \
-                 `loaderlab diagnose` measures it from a torch.profiler trace)"
-            ),
-        ));
+    if m.is_stand_in() {
+        check_stand_in(m, out);
     }
     let Some(architecture) = m.architecture() else {
         return;
@@ -604,6 +643,48 @@ mod tests {
             .map(|(k, _)| k.to_string())
             .collect();
         assert_eq!(keys, ["transforms[0].us"]);
+    }
+
+    #[test]
+    fn the_stand_ins_two_sides_are_checked_naming_the_key() {
+        let stand_in = |step_ms: f64, host_ms: f64, host_threads: u64| {
+            let mut s = Settings::default();
+            s.model.kind = crate::config::ModelKind::StandIn;
+            s.model.step_ms = step_ms;
+            s.model.host_ms = host_ms;
+            s.model.host_threads = host_threads;
+            check_settings(&s)
+                .into_iter()
+                .map(|(k, m)| format!("{k}: {m}"))
+                .collect::<Vec<String>>()
+        };
+        // Either side alone, or both, is a step; host threads up to the cores.
+        assert!(stand_in(40.0, 0.0, 1).is_empty());
+        assert!(stand_in(0.0, 12.0, 1).is_empty());
+        assert!(stand_in(40.0, 12.0, 1).is_empty());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        assert!(stand_in(0.0, 12.0, cores).is_empty());
+        let none = stand_in(0.0, 0.0, 1);
+        assert_eq!(none.len(), 1, "{none:?}");
+        assert!(none[0].starts_with("model.step_ms: the stand-in step takes no time"));
+        let bad = stand_in(-1.0, f64::NAN, 0);
+        assert_eq!(bad.len(), 3, "{bad:?}");
+        assert!(bad[0].starts_with("model.step_ms: model.step_ms must be 0 to"));
+        assert!(bad[1].starts_with("model.host_ms: model.host_ms must be 0 to"));
+        assert!(bad[2].starts_with("model.host_threads: model.host_threads must be 1 to"));
+        let many = stand_in(0.0, 5.0, cores + 1);
+        assert!(
+            many.len() == 1 && many[0].contains(&format!("this machine's {cores} cores")),
+            "{many:?}"
+        );
+        // A network's model does not read them.
+        let mut s = Settings::default();
+        s.model.host_ms = 3.0;
+        let foreign: Vec<String> = check_settings(&s)
+            .into_iter()
+            .map(|(k, _)| k.to_string())
+            .collect();
+        assert_eq!(foreign, ["model.host_ms"]);
     }
 
     #[test]

@@ -292,14 +292,17 @@ pub fn verdict(a: &Analysis, _meta: &RunMeta) -> String {
 }
 
 /// What a stand-in run's emulated device assumes.
-pub const STAND_IN_ASSUMES: &str = "The step is a stand-in of declared device time, on an \
-emulated device: the host copies each batch into device memory (h2d), enqueues the step and goes \
-on; a device thread reads every byte of the batch, then sleeps until the step's time has passed \
-(holding no core, so the loader's workers have every core), starting each step when it was \
+pub const STAND_IN_ASSUMES: &str = "The step is a stand-in of declared times, in two sides. \
+Its host side (`model.host_ms`): the training thread spends that much of its own CPU time on a \
+core each step (and `model.host_threads` − 1 helpers as much on theirs), as a real step's Python, \
+autograd and kernel launches do — on a CPU job the whole step — and asks for no batch meanwhile. \
+Its device side (`model.step_ms`), on an emulated device: the host copies each batch into device \
+memory (h2d), enqueues the step and goes on; a device thread reads every byte of the batch, then \
+sleeps until the step's time has passed (holding no core), starting each step when it was \
 enqueued or when the previous one ended; the host waits only when two steps already wait behind \
 the running one and at the end of the window — as a CUDA host does with one kernel per step. \
-What it does not model: the copy's PCIe time, and the real step's own host work (its Python and \
-kernel launches), which would compete with the workers for the cores.";
+With `step_ms = 0` there is no device: the step is all host and synchronous, and the class is \
+judged on the training thread's waiting share. What it does not model: the copy's PCIe time.";
 
 /// A threshold as the setting reads: 0.5 → "50 %" (a set value, not a measured figure).
 fn threshold(share: f64) -> String {

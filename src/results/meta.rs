@@ -35,11 +35,11 @@ impl RunMeta {
             .all(|c| c.compute_device == ComputeDevice::Cpu)
     }
 
-    /// Some condition ran the stand-in step on the emulated device.
+    /// Some condition ran the stand-in step (on the emulated device, or all on the host).
     pub fn any_stand_in(&self) -> bool {
         self.conditions
             .iter()
-            .any(|c| c.compute_device == ComputeDevice::Emulated)
+            .any(|c| c.compute_device == ComputeDevice::Emulated || c.host.is_some())
     }
 
     pub fn condition(&self, name: &str) -> Option<&ConditionMeta> {
@@ -115,6 +115,32 @@ pub struct ConditionMeta {
     /// The condition's headroom run (`protocol.headroom`), absent when none ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headroom: Option<HeadroomRecord>,
+    /// The stand-in's host side (`model.host_ms` on `model.host_threads` cores), absent when
+    /// the step has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostSide>,
+}
+
+/// The host's own CPU time per step, on the training thread and its helpers.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HostSide {
+    /// CPU ms per step, on each thread.
+    pub ms: f64,
+    /// The cores it holds while it runs.
+    pub threads: u64,
+}
+
+impl ConditionMeta {
+    /// The cores the training step keeps busy, which the loader's workers cannot have: a CPU
+    /// step's compute threads; on a device (CUDA, the emulated device), the stand-in's host
+    /// side's threads, or none when the host only enqueues.
+    pub fn step_threads(&self) -> u64 {
+        if self.compute_device.holds_cores() {
+            self.cpu_threads as u64
+        } else {
+            self.host.map_or(0, |h| h.threads)
+        }
+    }
 }
 
 /// A headroom run as measured: the step trained on `batches` batches already on the device,

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use progress::{Quiet, Reporter, Terminal, reporter};
-pub use setup::{DataSetup, Setup, SetupError, Setups, Step, Workload};
+pub use setup::{DataSetup, Setup, SetupError, Setups, StandInStep, Step, Workload};
 
 use crate::config::{Experiment, resolved_toml};
 use crate::loader::LoaderError;
@@ -33,7 +33,7 @@ use crate::results::{
     ResultsError, RunMeta, RunRecord, STEPS_CSV, StepRecord, run_header, step_header,
 };
 use crate::trace::{self, TraceError};
-use crate::train::{DeviceStep, InitialWeights, StandIn, Trainer};
+use crate::train::{DeviceStep, HostWork, InitialWeights, StandIn, Trainer};
 
 /// Set by the Ctrl-C handler; the runner stops after the current step.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -462,12 +462,7 @@ impl Trainers {
                             &setup.settings().optimizer,
                             setup.device(rank).clone(),
                         )?)),
-                        // The all-reduce is device time added to every step.
-                        Step::StandIn { step_ms } => stand_in(
-                            setup,
-                            rank,
-                            step_ms + setup.settings().distributed.allreduce_ms,
-                        )?,
+                        Step::StandIn(st) => stand_in(setup, rank, st)?,
                     });
                 }
                 e.insert(devices)
@@ -476,17 +471,28 @@ impl Trainers {
     }
 }
 
-/// Rank `rank`'s stand-in step of `step_ms`: on CUDA its kernel on the rank's GPU, elsewhere
-/// the emulated device.
-fn stand_in(setup: &Setup, rank: usize, step_ms: f64) -> Result<DeviceStep, RunError> {
+/// Rank `rank`'s stand-in step: its host side, then its device time (the all-reduce's added)
+/// — on CUDA its kernel on the rank's GPU, elsewhere the emulated device, none when the step
+/// is all host.
+fn stand_in(setup: &Setup, rank: usize, st: &StandInStep) -> Result<DeviceStep, RunError> {
+    let host = HostWork::new(st.host_ms, st.host_threads as usize)?;
     #[cfg(feature = "cuda")]
     if setup.workload.device == crate::results::ComputeDevice::Cuda {
-        return Ok(DeviceStep::CudaStandIn(Box::new(
-            crate::train::CudaStandIn::new(setup.device(rank), step_ms)?,
-        )));
+        return Ok(DeviceStep::CudaStandIn(
+            Box::new(crate::train::CudaStandIn::new(
+                setup.device(rank),
+                st.device_ms(),
+            )?),
+            host,
+        ));
     }
     let _ = (setup, rank);
-    Ok(DeviceStep::StandIn(StandIn::new(step_ms)?))
+    let device = if st.all_host() {
+        None
+    } else {
+        Some(StandIn::new(st.device_ms())?)
+    };
+    Ok(DeviceStep::StandIn(host, device))
 }
 
 /// What the timings include and exclude, stated in the results.

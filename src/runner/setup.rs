@@ -128,9 +128,62 @@ pub struct Workload {
 pub enum Step {
     /// A network trained with the experiment's optimizer.
     Network(Network),
-    /// The user's step replayed as declared device time: a kernel on CUDA, the emulated
-    /// device's sleep on the CPU.
-    StandIn { step_ms: f64 },
+    /// The user's step replayed: the host's declared CPU time, then the declared device time
+    /// (a kernel on CUDA, the emulated device's sleep on the CPU).
+    StandIn(StandInStep),
+}
+
+/// The stand-in's two sides (`[model]` of `kind = "stand_in"`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StandInStep {
+    /// The device's time per step (`model.step_ms`), ms.
+    pub step_ms: f64,
+    /// The all-reduce's device time added to every step (`distributed.allreduce_ms`).
+    pub allreduce_ms: f64,
+    /// The host's CPU time per step (`model.host_ms`), ms, on each of `host_threads` cores.
+    pub host_ms: f64,
+    pub host_threads: u64,
+}
+
+impl StandInStep {
+    pub fn of(s: &Settings) -> StandInStep {
+        StandInStep {
+            step_ms: s.model.step_ms,
+            allreduce_ms: s.distributed.allreduce_ms,
+            host_ms: s.model.host_ms,
+            host_threads: s.model.host_threads.max(1),
+        }
+    }
+
+    /// The device's time per step, the all-reduce's included.
+    pub fn device_ms(&self) -> f64 {
+        self.step_ms + self.allreduce_ms
+    }
+
+    /// No device time: the step is all host, synchronous, as a CPU job's step is.
+    pub fn all_host(&self) -> bool {
+        self.device_ms() <= 0.0
+    }
+
+    /// How the report names it: "stand-in step of 40 ms" (device only), "stand-in step: 12 ms
+    /// on the host, then 40 ms on the device", "stand-in step: 30 ms on the host (2 threads),
+    /// no device".
+    pub fn name(&self) -> String {
+        let threads = if self.host_threads > 1 {
+            format!(" ({} threads)", self.host_threads)
+        } else {
+            String::new()
+        };
+        let host = format!("{} ms on the host{threads}", self.host_ms);
+        match (self.host_ms > 0.0, self.step_ms > 0.0) {
+            (false, _) => stand_in_name(self.step_ms),
+            (true, true) => format!(
+                "stand-in step: {host}, then {} ms on the device",
+                self.step_ms
+            ),
+            (true, false) => format!("stand-in step: {host}, no device"),
+        }
+    }
 }
 
 impl Workload {
@@ -138,14 +191,14 @@ impl Workload {
     pub fn network(&self) -> Option<&Network> {
         match &self.step {
             Step::Network(n) => Some(n),
-            Step::StandIn { .. } => None,
+            Step::StandIn(_) => None,
         }
     }
 
-    /// The stand-in's device time per step, when the step is one.
-    pub fn stand_in_ms(&self) -> Option<f64> {
+    /// The stand-in's two sides, when the step is one.
+    pub fn stand_in(&self) -> Option<StandInStep> {
         match self.step {
-            Step::StandIn { step_ms } => Some(step_ms),
+            Step::StandIn(s) => Some(s),
             Step::Network(_) => None,
         }
     }
@@ -159,7 +212,7 @@ impl Workload {
     pub fn name(&self) -> String {
         match &self.step {
             Step::Network(net) => net.describe(),
-            Step::StandIn { step_ms } => stand_in_name(*step_ms),
+            Step::StandIn(s) => s.name(),
         }
     }
 }
@@ -215,13 +268,15 @@ impl Setup {
         )
     }
 
-    /// The warning for more loader workers plus compute threads than cores on the CPU.
+    /// The warning for more loader workers plus the step's threads than cores (a CPU step's
+    /// compute threads, a stand-in's host side's).
     pub fn contention(&self, condition: &str) -> Option<String> {
         let workers = self.settings().loader.workers;
-        let (threads, cores) = (self.threads, self.cores.cores);
-        (self.workload.device.holds_cores() && workers as usize + threads > cores).then(|| {
+        let threads = self.meta(condition).step_threads() as usize;
+        let cores = self.cores.cores;
+        (threads > 0 && workers as usize + threads > cores).then(|| {
             format!(
-                "{condition}: {workers} loader workers + {threads} compute threads exceed \
+                "{condition}: {workers} loader workers + {threads} training-step threads exceed \
                      the {cores} cores of this machine; workers and training compete for cores, \
                      so the comparison measures contention as much as loading"
             )
@@ -259,6 +314,14 @@ impl Setup {
             engine: self.engine.as_ref().map(|v| v.describe()),
             stages: None,
             headroom: None,
+            host: self
+                .workload
+                .stand_in()
+                .filter(|st| st.host_ms > 0.0)
+                .map(|st| crate::results::HostSide {
+                    ms: st.host_ms,
+                    threads: st.host_threads,
+                }),
         }
     }
 }
@@ -396,20 +459,28 @@ impl Setups {
         let data = DataSetup::with_dataset(s, dataset);
         let step = match data.network()? {
             Some(net) => Step::Network(net),
-            None => Step::StandIn {
-                step_ms: s.model.step_ms,
-            },
+            None => Step::StandIn(StandInStep::of(s)),
         };
         // The stand-in step on the CPU is the emulated device; on CUDA, its kernel.
         // The pytorch engine's child runs the stand-in on its own emulated device, whatever
-        // device `auto` would choose.
-        let emulated = matches!(step, Step::StandIn { .. }) && (on_cpu || engine.is_some());
+        // device `auto` would choose. A stand-in that is all host runs on the CPU's cores,
+        // synchronously, as a CPU job's step: its compute threads are the host side's.
+        let stand_in = match &step {
+            Step::StandIn(st) => Some(*st),
+            Step::Network(_) => None,
+        };
+        let all_host = stand_in.is_some_and(|st| st.all_host());
+        let emulated = stand_in.is_some() && !all_host && (on_cpu || engine.is_some());
+        let threads = match stand_in {
+            Some(st) if all_host => st.host_threads as usize,
+            _ => threads,
+        };
         Ok(Setup {
             workload: Workload {
                 step,
                 device: if emulated {
                     ComputeDevice::Emulated
-                } else if on_cpu {
+                } else if on_cpu || all_host {
                     ComputeDevice::Cpu
                 } else {
                     ComputeDevice::Cuda
@@ -417,9 +488,15 @@ impl Setups {
                 ranks,
             },
             data,
-            devices,
+            devices: if all_host {
+                vec![Device::Cpu; ranks]
+            } else {
+                devices
+            },
             device_name: if emulated {
                 EMULATED_DEVICE.to_string()
+            } else if all_host {
+                format!("cpu: the stand-in's host side ({threads} threads)")
             } else if on_cpu {
                 format!("cpu ({threads} threads)")
             } else {

@@ -198,8 +198,9 @@ pub struct WorkerCap {
     pub cores: usize,
     /// Ranks on the node, each with its own workers (at least 1).
     pub ranks: u64,
-    /// Compute threads the step keeps busy on those cores: 0 when it runs on a device (CUDA or
-    /// the stand-in's emulated device) and only enqueues from the host.
+    /// Threads the step keeps busy on those cores: a CPU step's compute threads, a stand-in's
+    /// host side's (`model.host_threads`); 0 when it runs on a device (CUDA or the stand-in's
+    /// emulated device) and the host only enqueues.
     pub step_threads: u64,
     /// The share of the loader's time it sleeps (see [`asleep_share`]).
     pub asleep_share: f64,
@@ -234,9 +235,15 @@ impl WorkerCap {
                 "the node's {} cores shared by its {} ranks, per rank",
                 self.cores, self.ranks
             )
+        } else if self.step_threads >= self.cores as u64 {
+            format!(
+                "no core left beside the training step's {} threads on the machine's {} cores \
+                 (each worker competes with the step; counted as one core)",
+                self.step_threads, self.cores
+            )
         } else if self.step_threads > 0 {
             format!(
-                "the {} cores left beside the training step's {} compute threads",
+                "the {} cores left beside the training step's {} threads",
                 self.cores_per_rank(),
                 self.step_threads
             )

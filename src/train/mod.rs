@@ -2,8 +2,9 @@
 //!
 //! The runner only sees [`DeviceStep`]: `reset` to the common initial state, `upload` a batch,
 //! `step` on it, `synchronize`. Behind it either a network's training step ([`Trainer`]; a
-//! faster CPU implementation of the layers slots in behind that) or the stand-in step of
-//! declared device time ([`StandIn`], the user's own step replayed on an emulated device).
+//! faster CPU implementation of the layers slots in behind that) or the stand-in step: the
+//! host's declared CPU time ([`HostWork`]), then the declared device time ([`StandIn`], an
+//! emulated device), the user's own step replayed.
 
 mod clock;
 #[cfg(feature = "cuda")]
@@ -13,6 +14,7 @@ mod fast_cpu;
 // The fused optimizer's host side: launched only in a CUDA build, tested in every build.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod fused;
+mod host;
 mod marks;
 mod model;
 mod optim;
@@ -26,6 +28,7 @@ pub use device::{
     Chosen, CoreBudget, DeviceError, WorkerCap, asleep_share, cores, cuda_devices, select,
     synchronize,
 };
+pub use host::HostWork;
 pub use marks::StepMarks;
 pub use model::{
     InitialWeights, Layers, Model, ModelInput, RunningStats, fast_cpu_fits, max_pool_2x2,
@@ -130,14 +133,16 @@ impl Trainer {
     }
 }
 
-/// What runs on the device each step: a network's training step, or the stand-in's declared
-/// device time.
+/// What runs each step: a network's training step, or the stand-in's declared host time then
+/// its declared device time.
 pub enum DeviceStep {
     Model(Box<Trainer>),
-    StandIn(StandIn),
-    /// The stand-in's kernel on a CUDA device.
+    /// The stand-in on the CPU: its host side, then its emulated device (none when the step is
+    /// all host, `model.step_ms = 0`: synchronous, as a CPU job's step is).
+    StandIn(HostWork, Option<StandIn>),
+    /// The stand-in's host side, then its kernel on a CUDA device.
     #[cfg(feature = "cuda")]
-    CudaStandIn(Box<cuda::CudaStandIn>),
+    CudaStandIn(Box<cuda::CudaStandIn>, HostWork),
 }
 
 /// A batch on the device, as the step takes it.
@@ -145,6 +150,8 @@ pub enum OnDevice {
     /// Images N×C×H×W and labels.
     Tensors(Tensor, Tensor),
     StandIn(DeviceBatch),
+    /// Nothing copied: the stand-in's step is all host.
+    Host,
 }
 
 /// A step's loss, read after timing (on CUDA reading it waits for the device); the stand-in
@@ -166,9 +173,9 @@ impl DeviceStep {
     pub fn reset(&mut self) -> Result<()> {
         match self {
             DeviceStep::Model(t) => t.reset(),
-            DeviceStep::StandIn(s) => s.synchronize(),
+            DeviceStep::StandIn(_, s) => s.as_ref().map_or(Ok(()), StandIn::synchronize),
             #[cfg(feature = "cuda")]
-            DeviceStep::CudaStandIn(s) => synchronize(s.device()),
+            DeviceStep::CudaStandIn(s, _) => synchronize(s.device()),
         }
     }
 
@@ -179,9 +186,10 @@ impl DeviceStep {
                 let (x, y) = t.to_device(batch)?;
                 Ok(OnDevice::Tensors(x, y))
             }
-            DeviceStep::StandIn(_) => Ok(OnDevice::StandIn(DeviceBatch::upload(batch))),
+            DeviceStep::StandIn(_, Some(_)) => Ok(OnDevice::StandIn(DeviceBatch::upload(batch))),
+            DeviceStep::StandIn(_, None) => Ok(OnDevice::Host),
             #[cfg(feature = "cuda")]
-            DeviceStep::CudaStandIn(s) => {
+            DeviceStep::CudaStandIn(s, _) => {
                 let (x, y) = to_device(batch, s.device())?;
                 Ok(OnDevice::Tensors(x, y))
             }
@@ -198,12 +206,18 @@ impl DeviceStep {
                 }?;
                 Ok(Loss(Some(loss)))
             }
-            (DeviceStep::StandIn(s), OnDevice::StandIn(b)) => {
+            (DeviceStep::StandIn(host, Some(s)), OnDevice::StandIn(b)) => {
+                host.spend();
                 s.enqueue(b)?;
                 Ok(Loss(None))
             }
+            (DeviceStep::StandIn(host, None), OnDevice::Host) => {
+                host.spend();
+                Ok(Loss(None))
+            }
             #[cfg(feature = "cuda")]
-            (DeviceStep::CudaStandIn(s), OnDevice::Tensors(x, _)) => {
+            (DeviceStep::CudaStandIn(s, host), OnDevice::Tensors(x, _)) => {
+                host.spend();
                 s.step(x)?;
                 Ok(Loss(None))
             }
@@ -217,19 +231,21 @@ impl DeviceStep {
     pub fn synchronize(&self) -> Result<()> {
         match self {
             DeviceStep::Model(t) => synchronize(t.device()),
-            DeviceStep::StandIn(s) => s.synchronize(),
+            DeviceStep::StandIn(_, s) => s.as_ref().map_or(Ok(()), StandIn::synchronize),
             #[cfg(feature = "cuda")]
-            DeviceStep::CudaStandIn(s) => synchronize(s.device()),
+            DeviceStep::CudaStandIn(s, _) => synchronize(s.device()),
         }
     }
 
-    /// Per-step device marks where the device keeps its own clock.
+    /// Per-step device marks where the device keeps its own clock (none for a stand-in that
+    /// is all host: its step is the host's, timed by the host's clock as a CPU step is).
     pub fn clock(&self) -> DeviceClock {
         match self {
             DeviceStep::Model(t) => DeviceClock::for_device(t.device()),
-            DeviceStep::StandIn(s) => DeviceClock::Emulated(s.clock()),
+            DeviceStep::StandIn(_, Some(s)) => DeviceClock::Emulated(s.clock()),
+            DeviceStep::StandIn(_, None) => DeviceClock::Host,
             #[cfg(feature = "cuda")]
-            DeviceStep::CudaStandIn(s) => DeviceClock::for_device(s.device()),
+            DeviceStep::CudaStandIn(s, _) => DeviceClock::for_device(s.device()),
         }
     }
 }

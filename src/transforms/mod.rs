@@ -321,6 +321,22 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Spin until this thread has used `ns` more ns of CPU time (never sleeping): `cpu_work`'s
+/// cost per image and the stand-in's host side per step.
+pub fn burn_cpu(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let start = thread_cpu_ns();
+    let mut x = 0u64;
+    while thread_cpu_ns().saturating_sub(start) < ns {
+        // Some register work between clock reads; black_box keeps it from being removed.
+        for _ in 0..64 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use crate::analysis::WorkerPrediction;
 use crate::config::Settings;
 use crate::format;
-use crate::results::{ComputeDevice, InputBound, SearchRecord, Trial, TrialSetting};
+use crate::results::{InputBound, SearchRecord, Trial, TrialSetting};
 use crate::train::{CoreBudget, WorkerCap};
 
 use super::TuneError;
@@ -22,9 +22,10 @@ pub struct Measured {
     pub settings: Vec<TrialSetting>,
     /// A probe's worker prediction (None when it had no profiled build or headroom run).
     pub prediction: Option<WorkerPrediction>,
-    pub compute_device: ComputeDevice,
-    /// The training step's compute threads, as the trial's set-up resolved them.
-    pub cpu_threads: usize,
+    /// The cores the training step keeps busy, as the trial's set-up resolved them
+    /// ([`crate::results::ConditionMeta::step_threads`]): a CPU step's compute threads, a
+    /// stand-in's host side's, none for a step that only enqueues on a device.
+    pub step_threads: u64,
     /// Ranks on the node.
     pub ranks: u64,
     /// The trial's results folder, and how the final report names it.
@@ -41,11 +42,7 @@ impl Measured {
             _ => WorkerCap {
                 cores: cores.cores,
                 ranks: self.ranks,
-                step_threads: if self.compute_device.holds_cores() {
-                    self.cpu_threads as u64
-                } else {
-                    0
-                },
+                step_threads: self.step_threads,
                 asleep_share: self.prediction.as_ref().map_or(0.0, |p| p.asleep()),
             },
         }
@@ -295,6 +292,7 @@ fn best_of(settings: &[TrialSetting]) -> &TrialSetting {
 mod tests {
     use super::super::choose::tests::setting;
     use super::*;
+    use crate::results::ComputeDevice;
 
     #[test]
     fn the_climb_moves_towards_the_best_and_never_back() {
@@ -415,8 +413,7 @@ mod tests {
             Ok(Some(Measured {
                 settings,
                 prediction,
-                compute_device: ComputeDevice::Cuda,
-                cpu_threads: 1,
+                step_threads: 0,
                 ranks: 1,
                 folder: PathBuf::from(format!("trial-{k}")),
                 folder_label: format!("trial-{k}"),
@@ -511,6 +508,7 @@ mod tests {
                                     20.0,
                                     0.05,
                                     compute_device == ComputeDevice::Emulated,
+                                    0.0,
                                 );
                                 let predicted = wanted.min(rule.workers());
                                 let mut probe = Measured {
@@ -521,8 +519,7 @@ mod tests {
                                         cap_rule: rule,
                                         ..WorkerPrediction::default()
                                     }),
-                                    compute_device,
-                                    cpu_threads,
+                                    step_threads: cm.step_threads(),
                                     ranks,
                                     folder: PathBuf::new(),
                                     folder_label: String::new(),

@@ -75,8 +75,7 @@ impl Trials for ExperimentTrials<'_> {
         Ok(Some(Measured {
             settings: trial_settings(&exp, self.knob, &analysis, k as u64),
             prediction: analysis.prediction.clone(),
-            compute_device: first.map_or(crate::results::ComputeDevice::Cpu, |c| c.compute_device),
-            cpu_threads: first.map_or(1, |c| c.cpu_threads),
+            step_threads: first.map_or(1, |c| c.step_threads()),
             ranks: exp
                 .conditions
                 .first()

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::super::RunError;
-use super::super::setup::{Setup, users_dataset};
+use super::super::setup::{Setup, StandInStep, users_dataset};
 use crate::train::QUEUE_DEPTH;
 
 /// The condition as the child builds it: the dataset over the same bytes as the native engine
@@ -82,12 +82,18 @@ pub(super) fn spec(
                 "optimizer": s.optimizer,
                 "threads": setup.threads,
             }),
-            None => serde_json::json!({
-                "kind": "stand_in",
-                // The all-reduce is device time added to every step, as on the native engine.
-                "step_ms": s.model.step_ms + s.distributed.allreduce_ms,
-                "queue_depth": QUEUE_DEPTH,
-            }),
+            None => {
+                let st = StandInStep::of(s);
+                serde_json::json!({
+                    "kind": "stand_in",
+                    // The all-reduce is device time added to every step, as on the native
+                    // engine; 0: no device, the step is all host.
+                    "step_ms": st.device_ms(),
+                    "host_ms": st.host_ms,
+                    "host_threads": st.host_threads,
+                    "queue_depth": QUEUE_DEPTH,
+                })
+            }
         },
     }))
 }

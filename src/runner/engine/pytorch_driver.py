@@ -520,10 +520,103 @@ class EmulatedDevice:
             self.cv.notify_all()
 
 
+# GIL-free work for the host side's spin: hashing this many bytes releases the GIL (CPython's
+# hashlib does for 2 KiB or more), so the helpers spin on their own cores at once.
+SPIN_BLOCK = bytes(8192)
+
+
+def spin(seconds):
+    """Spin until this thread has used `seconds` more of CPU time (its own CPU clock, as
+    loaderlab's cpu_work and host side do)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        hashlib.blake2b(SPIN_BLOCK)
+
+
+class HostWork:
+    """The stand-in's host side (`model.host_ms` on `model.host_threads` cores,
+    src/train/host.rs): each step the training thread and `threads - 1` helpers each spin until
+    their own thread has used `ms` more of CPU time, and the step goes on when all are done."""
+
+    def __init__(self, ms, threads):
+        self.s = max(0.0, ms) / 1e3
+        self.threads = max(1, threads)
+        self.helpers = []
+        if self.s > 0 and self.threads > 1:
+            self.start = threading.Barrier(self.threads)
+            self.end = threading.Barrier(self.threads)
+            for _ in range(self.threads - 1):
+                helper = threading.Thread(target=self.help, daemon=True)
+                helper.start()
+                self.helpers.append(helper)
+
+    def help(self):
+        try:
+            while True:
+                self.start.wait()
+                spin(self.s)
+                self.end.wait()
+        except threading.BrokenBarrierError:
+            return
+
+    def spend(self):
+        if self.s <= 0:
+            return
+        if self.helpers:
+            self.start.wait()
+        spin(self.s)
+        if self.helpers:
+            self.end.wait()
+
+    def close(self):
+        if self.helpers:
+            self.start.abort()
+            self.end.abort()
+
+
+class StandInStep:
+    """loaderlab's stand-in step: its host side, then (unless `step_ms` is 0: the step is all
+    host, synchronous as a CPU job's) its emulated device."""
+
+    def __init__(self, step):
+        self.host = HostWork(step.get("host_ms", 0.0), step.get("host_threads", 1))
+        self.device = EmulatedDevice(step["step_ms"], step["queue_depth"]) if step["step_ms"] > 0 else None
+        self.synchronous = self.device is None
+        self.loss = None
+
+    @property
+    def marks(self):
+        return self.device.marks if self.device else []
+
+    def upload(self, images, labels):
+        """The host's copy into the device's memory; all host, nothing to copy."""
+        return host_copy(images, labels) if self.device else (images, labels)
+
+    def enqueue(self, images, labels):
+        self.host.spend()
+        if self.device:
+            self.device.enqueue(images, labels)
+
+    def synchronize(self):
+        if self.device:
+            self.device.synchronize()
+
+    def record(self, on):
+        if self.device:
+            self.device.record(on)
+
+    def close(self):
+        self.host.close()
+        if self.device:
+            self.device.close()
+
+
 class NetworkStep:
     """A network of loaderlab's (its layer list, built by net/pytorch_model.py as `bench step`
     builds it) trained with the experiment's optimizer on the CPU. Synchronous, so the host's
     times are the device's; every run starts from the same initial weights and optimizer state."""
+
+    synchronous = True
 
     def __init__(self, step, seed):
         import copy
@@ -542,6 +635,9 @@ class NetworkStep:
         self.marks = []
         self.loss = None
         self.reset()
+
+    def upload(self, images, labels):
+        return host_copy(images, labels)
 
     def reset(self):
         self.model.load_state_dict(self.initial)
@@ -570,11 +666,23 @@ class NetworkStep:
 # --- what a run measures ---------------------------------------------------------------------
 
 
+# The fingerprint reads this many of a batch's image values, evenly spaced, and every label.
+FINGERPRINT_SAMPLE = 4096
+
+
 def fingerprint(images, labels):
-    """64 bits of the batch's bytes (images as float32, labels as int64): this engine's own."""
+    """64 bits of the batch (this engine's own): its labels as int64 and FINGERPRINT_SAMPLE of
+    its image values as float32, evenly spaced over the batch. A sample, not every byte: it runs
+    on the training thread inside the timed window, where a user's loop does nothing like it
+    (a full hash of a 256×3×224×224 batch costs tens of ms); two batches that differ anywhere
+    but between the sampled values still differ here."""
+    import torch
+
+    flat = images.reshape(-1)
+    stride = max(1, flat.numel() // FINGERPRINT_SAMPLE)
     h = hashlib.blake2b(digest_size=8)
-    h.update(images.contiguous().numpy().tobytes())
-    h.update(labels.to(dtype=__import__("torch").int64).contiguous().numpy().tobytes())
+    h.update(flat[::stride].to(dtype=torch.float32).contiguous().numpy().tobytes())
+    h.update(labels.to(dtype=torch.int64).contiguous().numpy().tobytes())
     return h.hexdigest()
 
 
@@ -613,7 +721,10 @@ class Condition:
         if step["kind"] == "network":
             self.device = NetworkStep(step, cfg["seed"])
         else:
-            self.device = EmulatedDevice(step["step_ms"], step["queue_depth"])
+            # The stand-in runs with the host side's threads as torch's intra-op threads (one
+            # by default): the emulated device's read of a batch spawns no others.
+            torch.set_num_threads(max(1, step.get("host_threads", 1)))
+            self.device = StandInStep(step)
         self.torch = torch
         self.epoch = 0
         global RANK
@@ -676,7 +787,7 @@ class Condition:
 
     def warm_up(self, feed, steps):
         for _ in range(steps):
-            self.device.enqueue(*host_copy(*feed.next()))
+            self.device.enqueue(*self.device.upload(*feed.next()))
         self.device.synchronize()
 
     def run(self, warmup, timed):
@@ -739,16 +850,16 @@ class Condition:
         t0 = time.perf_counter()
         images, labels = feed.next()
         t1 = time.perf_counter()
-        on_device = host_copy(images, labels)
+        on_device = device.upload(images, labels)
         t2 = time.perf_counter()
         device.enqueue(*on_device)
         t3 = time.perf_counter()
-        network = isinstance(device, NetworkStep)
         return {
             "step": step,
-            # A network's step is synchronous: the device's time is the host's.
-            "device_ms": (t3 - t1) * 1e3 if network else None,
-            "loss": device.loss if network else None,
+            # A synchronous step (a network's, a stand-in's that is all host): the device's
+            # time is the host's.
+            "device_ms": (t3 - t1) * 1e3 if device.synchronous else None,
+            "loss": device.loss,
             "batch_wait_ms": (t1 - t0) * 1e3,
             "h2d_ms": (t2 - t1) * 1e3,
             "compute_ms": (t3 - t2) * 1e3,
@@ -844,7 +955,7 @@ class Condition:
             feed = self.start()
             results.put(("started", feed.startup_ms))
             for _ in range(warmup):
-                self.device.enqueue(*host_copy(*feed.next()))
+                self.device.enqueue(*self.device.upload(*feed.next()))
                 barrier.wait()
                 if decided.value:
                     break
@@ -939,13 +1050,13 @@ class Condition:
         # loader started (its start-up): not a timed build.
         builds = []
         if feed.pending and warmup > 0:
-            device.enqueue(*host_copy(*take(False)))
+            device.enqueue(*device.upload(*take(False)))
             warmup -= 1
         for _ in range(warmup):
             t0 = time.perf_counter()
             batch = take(True)
             builds.append(time.perf_counter() - t0)
-            device.enqueue(*host_copy(*batch))
+            device.enqueue(*device.upload(*batch))
         device.synchronize()
         # A schedule, as a user's own profiling has, so the trace marks each step with
         # ProfilerStep#N (what `loaderlab diagnose` reads): one step of the profiler's warm-up
@@ -966,7 +1077,7 @@ class Condition:
                     else:
                         images, labels = take(True)
                 with record_function("h2d_transfer"):
-                    on_device = host_copy(images, labels)
+                    on_device = device.upload(images, labels)
                 with record_function("forward_backward_adam"):
                     device.enqueue(*on_device)
                 # The device's queue drains inside the last recorded step.
@@ -1099,7 +1210,7 @@ def headroom(cond, steps):
     loader = cond.loader()
     it = iter(loader)
     batches = [next(it) for _ in range(max(1, min(steps, HEADROOM_BATCHES)))]
-    on_device = [(x.clone(), y.clone()) for x, y in batches]
+    on_device = [device.upload(x, y) for x, y in batches]
     # The loader stops: the replay must not share the cores with its workers.
     del it, loader, batches
     for k in range(HEADROOM_WARMUP):

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::{Op, PixelOp, Reaching, Stage};
 use crate::hash::SplitMix64;
 use crate::shape::ImageShape;
-use crate::transforms::{Scratch, thread_cpu_ns};
+use crate::transforms::{Scratch, burn_cpu};
 
 /// Burns `us` µs of the worker's own CPU time per image (spinning on the thread's CPU clock,
 /// never sleeping). It changes no pixel and may stand anywhere in the chain.
@@ -62,20 +62,5 @@ impl PixelOp for CpuWork {
 
     fn span(&self) -> tracing::Span {
         tracing::info_span!("cpu_work")
-    }
-}
-
-/// Spin until this thread has used `ns` more ns of CPU time.
-fn burn_cpu(ns: u64) {
-    if ns == 0 {
-        return;
-    }
-    let start = thread_cpu_ns();
-    let mut x = 0u64;
-    while thread_cpu_ns().saturating_sub(start) < ns {
-        // Some register work between clock reads; black_box keeps it from being removed.
-        for _ in 0..64 {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
     }
 }
