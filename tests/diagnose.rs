@@ -141,14 +141,42 @@ fn the_emitted_stand_in_experiment_is_valid_and_carries_the_step() {
     let text = std::fs::read_to_string(&emitted).unwrap();
     let toml: toml::Table = text.parse().unwrap();
     assert_eq!(toml["model"]["kind"].as_str(), Some("stand_in"));
-    let step_ms = toml["model"]["step_ms"].as_float().unwrap();
+    // A CPU trace: the step is all host (its time outside the wait), no device.
+    assert_eq!(toml["model"]["step_ms"].as_integer(), Some(0), "{text}");
+    let host_ms = toml["model"]["host_ms"].as_float().unwrap();
     let pandas = want["traces"]["wait_12"]["step_without_wait_ms"]
         .as_f64()
         .unwrap();
     assert!(
-        (step_ms / pandas - 1.0).abs() < 0.01,
-        "step_ms {step_ms} against the step without waiting {pandas}"
+        (host_ms / pandas - 1.0).abs() < 0.01,
+        "host_ms {host_ms} against the step without waiting {pandas}"
     );
+    assert!(
+        text.contains("host_threads = 1          # SET: your job's torch.get_num_threads()"),
+        "{text}"
+    );
+    // The file's own name in its Run line; the batch read off the first operator after the
+    // wait, named.
+    assert!(text.contains("# Run: loaderlab stand_in.toml "), "{text}");
+    assert!(
+        text.contains(
+            "batch_size = 32          # from the trace: aten::to's first input [32, 1, 28, 28]"
+        ),
+        "{text}"
+    );
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out/result.json")).unwrap())
+            .unwrap();
+    let rank = &r["ranks"][0];
+    assert_eq!(rank["stand_in_step_ms"], 0.0, "{rank}");
+    assert!(rank["device_busy_ms"].is_null(), "{rank}");
+    assert!(
+        rank["host_ms"]["p95"].as_f64().unwrap() >= host_ms,
+        "{rank}"
+    );
+    let report = std::fs::read_to_string(dir.path().join("out/report.md")).unwrap();
+    assert!(report.contains("| host p50 / p95 |"), "{report}");
+    assert!(report.contains("0 (no device work)"), "{report}");
     assert_eq!(toml["loader"]["batch_size"].as_integer(), Some(32));
     assert!(text.contains("PLACEHOLDER: replace this chain with your own transforms"));
     // The worker count it reads is the user's DataLoader's; both engines one line away.

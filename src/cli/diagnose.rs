@@ -37,7 +37,7 @@ pub(super) fn diagnose(args: &DiagnoseArgs, g: &Global) -> Result<(), Failure> {
         .unwrap_or_else(|| Path::new("reports").join("diagnose"));
     let report = diagnose::write_folder(&d, &out).map_err(Failure::Failed)?;
     if let Some(file) = &args.emit {
-        write_atomic(file, diagnose::emit_experiment(&d).as_bytes())
+        write_atomic(file, diagnose::emit_experiment(&d, file).as_bytes())
             .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", file.display())))?;
     }
     for r in &d.ranks {

@@ -144,3 +144,30 @@ pub fn shards_and_folder(dir: &std::path::Path, label_every: bool) {
         shard.finish().unwrap();
     }
 }
+
+/// The interpreter with torch and torchvision the tests run the pytorch engine's child (and
+/// their own PyTorch jobs) under, if any: `LOADERLAB_TEST_PYTHON`, else `target/venv` (which
+/// `.ci/run` installs); elsewhere the caller's test says SKIPPED, and under `CI=true` fails.
+#[allow(dead_code)]
+pub fn torch_python() -> Option<std::path::PathBuf> {
+    use std::path::{Path, PathBuf};
+    let candidates = [
+        std::env::var("LOADERLAB_TEST_PYTHON")
+            .ok()
+            .map(PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python")),
+    ];
+    let found = candidates.into_iter().flatten().find(|p| {
+        std::process::Command::new(p)
+            .args(["-c", "import torch, torchvision"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if found.is_none() {
+        skip(
+            "no Python with torch and torchvision (.ci/run installs them into target/venv; or \
+             set LOADERLAB_TEST_PYTHON)",
+        );
+    }
+    found
+}

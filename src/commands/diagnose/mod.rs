@@ -8,6 +8,12 @@
 //! the union of those intervals, and — as in a run, where the device runs asynchronously — the
 //! class is judged on the device's idle share; otherwise on the waiting share. A folder holds
 //! one trace per rank.
+//!
+//! The host's own time per step is the step outside the wait and outside the CUDA runtime
+//! calls that block on the device (synchronisations, device-to-host copies): the time the
+//! training thread held a core and did not ask for the next batch. On a trace with no device
+//! work it is all of the step outside the wait, and the device's time is 0. `--emit` replays
+//! both sides: `model.host_ms` and `model.step_ms`.
 
 mod read;
 mod report;
@@ -46,6 +52,8 @@ impl Distribution {
 pub struct StepRow {
     pub step_ms: f64,
     pub wait_ms: f64,
+    /// The step outside the wait and the calls that block on the device: the host's own time.
+    pub host_ms: f64,
     /// The device's busy time inside the step (the union of its intervals), when the trace
     /// has device work.
     pub device_busy_ms: Option<f64>,
@@ -74,14 +82,21 @@ pub struct RankDiagnosis {
     pub bound: f64,
     pub step_ms: Distribution,
     pub wait_ms: Distribution,
-    /// Median step time without its wait: the step's own time on the host.
+    /// Median step time without its wait.
     pub step_without_wait_ms: f64,
+    /// The host's own time per step: outside the wait and the calls that block on the device.
+    pub host_ms: Distribution,
     /// Median device busy time per step, when the trace has device work.
     pub device_busy_ms: Option<f64>,
-    /// The stand-in step this trace calls for: device busy time on a GPU trace, else the step
-    /// without waiting.
+    /// The stand-in's device time this trace calls for (`model.step_ms`): the median device
+    /// busy time on a GPU trace, 0 on a trace without device work (the step is all host).
     pub stand_in_step_ms: f64,
+    /// The stand-in's host time this trace calls for (`model.host_ms`): the median host time.
+    pub stand_in_host_ms: f64,
     pub batch_size: Option<u64>,
+    /// Where the batch size was read, e.g. "aten::conv2d's first input [32, 3, 64, 64]".
+    #[serde(default)]
+    pub batch_from: Option<String>,
     pub rows: Vec<StepRow>,
 }
 
@@ -230,8 +245,11 @@ fn rank(
             hint,
         });
     };
+    let batch = trace.batch_size(waits);
     let (waits, wait_longest) = sorted(waits);
     let (device, device_longest) = sorted(&trace.device);
+    // What is not the host's own time: the wait, and the calls that block on the device.
+    let (not_host, not_host_longest) = sorted(&[&waits[..], &trace.blocking[..]].concat());
     let has_device = !device.is_empty();
     let rows: Vec<StepRow> = trace
         .steps
@@ -239,6 +257,7 @@ fn rank(
         .map(|&s| StepRow {
             step_ms: (s.end - s.start) / 1e3,
             wait_ms: covered(&waits, s, wait_longest) / 1e3,
+            host_ms: ((s.end - s.start) - covered(&not_host, s, not_host_longest)) / 1e3,
             device_busy_ms: has_device.then(|| covered(&device, s, device_longest) / 1e3),
         })
         .collect();
@@ -262,6 +281,7 @@ fn rank(
     };
     let col = |f: fn(&StepRow) -> f64| rows.iter().map(f).collect::<Vec<f64>>();
     let without_wait = median(&col(|r| r.step_ms - r.wait_ms));
+    let host_ms = Distribution::of(&col(|r| r.host_ms));
     let device_busy_ms = has_device.then(|| median(&col(|r| r.device_busy_ms.unwrap_or(0.0))));
     Ok(RankDiagnosis {
         rank: format!("rank {}", trace.rank.unwrap_or(k as u64)),
@@ -278,9 +298,12 @@ fn rank(
         step_ms: Distribution::of(&col(|r| r.step_ms)),
         wait_ms: Distribution::of(&col(|r| r.wait_ms)),
         step_without_wait_ms: without_wait,
+        host_ms,
         device_busy_ms,
-        stand_in_step_ms: device_busy_ms.unwrap_or(without_wait),
-        batch_size: trace.batch_size(),
+        stand_in_step_ms: device_busy_ms.unwrap_or(0.0),
+        stand_in_host_ms: host_ms.p50,
+        batch_size: batch.map(|(n, _)| n),
+        batch_from: batch.map(|(_, op)| format!("{}'s first input {:?}", op.name, op.dims)),
         rows,
     })
 }
@@ -324,8 +347,54 @@ mod tests {
         assert_eq!(r.classified_by, ClassifiedBy::DeviceIdle);
         assert_eq!(r.input_bound, InputBound::Highly);
         assert!((r.share - 0.3).abs() < 1e-12);
-        // The stand-in step of a GPU trace is its device busy time.
+        // The stand-in step of a GPU trace is its device busy time; its host side the step
+        // outside the wait (no blocking calls here).
         assert_eq!(r.stand_in_step_ms, 7.0);
+        assert_eq!(r.stand_in_host_ms, 9.0);
+    }
+
+    /// A GPU trace whose host blocks on the device: a `cudaStreamSynchronize` and a
+    /// device-to-host `cudaMemcpyAsync` are not the host's own time; a host-to-device copy is.
+    #[test]
+    fn the_host_time_of_a_gpu_trace_leaves_out_the_calls_that_block_on_the_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpu.json");
+        std::fs::write(
+            &path,
+            r#"{"traceEvents": [
+              {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 10000},
+              {"ph": "X", "cat": "user_annotation", "name": "batch_wait", "ts": 0, "dur": 1000},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 1000, "dur": 300,
+               "args": {"correlation": 8}},
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)",
+               "ts": 1100, "dur": 400, "args": {"correlation": 8}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "ts": 1400, "dur": 50,
+               "args": {"Input Dims": [[64, 3, 32, 32], [16, 3, 3, 3]]}},
+              {"ph": "X", "cat": "kernel", "name": "void conv()", "ts": 2000, "dur": 5000},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 6000,
+               "dur": 2000},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 8000, "dur": 500,
+               "args": {"correlation": 7}},
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)",
+               "ts": 8100, "dur": 300, "args": {"correlation": 7}}
+            ]}"#,
+        )
+        .unwrap();
+        let d = diagnose(&path, &WaitSpan::Default, Thresholds::default()).unwrap();
+        let r = &d.ranks[0];
+        // 10 ms, less the 1 ms wait, the 2 ms synchronisation and the 0.5 ms copy back.
+        assert!((r.rows[0].host_ms - 6.5).abs() < 1e-9, "{:?}", r.rows[0]);
+        assert!((r.stand_in_host_ms - 6.5).abs() < 1e-9);
+        // The device: the HtoD copy, the kernel and the DtoH copy.
+        let busy = r.rows[0].device_busy_ms.unwrap();
+        assert!((busy - 5.7).abs() < 1e-9, "{busy}");
+        assert!((r.stand_in_step_ms - 5.7).abs() < 1e-9);
+        // The batch: the first operator after the wait with a 4-D first input.
+        assert_eq!(r.batch_size, Some(64));
+        assert_eq!(
+            r.batch_from.as_deref(),
+            Some("aten::conv2d's first input [64, 3, 32, 32]")
+        );
     }
 
     #[test]

@@ -47,9 +47,18 @@ pub struct Trace {
     pub named: Vec<Span>,
     /// Kernels, copies and memsets on device streams.
     pub device: Vec<Span>,
-    /// The batch dimension of the 4-D inputs copied to the device (`aten::to`,
-    /// `aten::_to_copy`), by how often each was seen; present with `record_shapes=True`.
-    pub batch_sizes: Vec<(u64, u64)>,
+    /// CUDA runtime calls during which the host blocks on the device
+    /// (`cudaStreamSynchronize`, `cudaDeviceSynchronize`, `cudaEventSynchronize`, a synchronous
+    /// `cudaMemcpy`, a `cudaMemcpy*` whose copy runs device to host): not the host's own time.
+    pub blocking: Vec<Span>,
+    /// Operators whose first input is 4-D (N×C×H×W, with `record_shapes=True`): where each
+    /// began, its name and that input's dims — the batch's size is read off the first one after
+    /// each wait.
+    pub batched_ops: Vec<BatchedOp>,
+    /// `cudaMemcpy*Async` calls by correlation id, blocking when their copy runs device to host.
+    pub async_copies: Vec<(u64, Span)>,
+    /// Correlation ids of device-to-host copies on the device.
+    pub device_to_host: Vec<u64>,
     /// `distributedInfo.rank`, when the trace has it.
     pub rank: Option<u64>,
     pub events: u64,
@@ -72,12 +81,48 @@ impl Trace {
         }
     }
 
-    /// The most frequent batch size seen, if any.
-    pub fn batch_size(&self) -> Option<u64> {
-        self.batch_sizes
-            .iter()
-            .max_by_key(|(size, count)| (*count, std::cmp::Reverse(*size)))
-            .map(|(size, _)| *size)
+    /// The batch's size: over the steps, the first input's N of the first operator that starts
+    /// after each wait (inside the step) and takes a 4-D input, the most frequent one; with the
+    /// operator that showed it first. None without `record_shapes=True`.
+    pub fn batch_size(&self, waits: &[Span]) -> Option<(u64, &BatchedOp)> {
+        let mut seen: Vec<(u64, u64, &BatchedOp)> = Vec::new();
+        for step in &self.steps {
+            let Some(wait) = waits
+                .iter()
+                .filter(|w| w.start >= step.start && w.start < step.end)
+                .max_by(|a, b| a.end.total_cmp(&b.end))
+            else {
+                continue;
+            };
+            let first = self
+                .batched_ops
+                .iter()
+                .filter(|o| o.start >= wait.end && o.start < step.end)
+                .min_by(|a, b| a.start.total_cmp(&b.start));
+            if let Some(op) = first {
+                let n = op.dims[0];
+                match seen.iter_mut().find(|(size, _, _)| *size == n) {
+                    Some((_, count, _)) => *count += 1,
+                    None => seen.push((n, 1, op)),
+                }
+            }
+        }
+        seen.into_iter()
+            .max_by_key(|(size, count, _)| (*count, std::cmp::Reverse(*size)))
+            .map(|(size, _, op)| (size, op))
+    }
+
+    /// Resolve the asynchronous copies that block (device to host) once every event is read.
+    fn finish(&mut self) {
+        self.device_to_host.sort_unstable();
+        let dtoh = std::mem::take(&mut self.device_to_host);
+        for (id, span) in std::mem::take(&mut self.async_copies) {
+            if dtoh.binary_search(&id).is_ok() {
+                self.blocking.push(span);
+            }
+        }
+        self.blocking.sort_by(|a, b| a.start.total_cmp(&b.start));
+        self.batched_ops.sort_by(|a, b| a.start.total_cmp(&b.start));
     }
 
     fn keep(&mut self, e: Event, wanted: &WaitSpan) {
@@ -94,12 +139,40 @@ impl Trace {
         };
         let name = e.name.as_deref().unwrap_or("");
         let cat = e.cat.as_deref().unwrap_or("");
+        let correlation = e
+            .args
+            .as_ref()
+            .and_then(|a| a.correlation.as_ref())
+            .and_then(serde_json::Value::as_u64);
         match cat {
             "kernel" | "gpu_memcpy" | "gpu_memset" => {
+                if cat == "gpu_memcpy"
+                    && name.contains("DtoH")
+                    && let Some(id) = correlation
+                {
+                    self.device_to_host.push(id);
+                }
                 self.device.push(span);
                 return;
             }
             "gpu_user_annotation" => return,
+            "cuda_runtime" | "cuda_driver" => {
+                match name {
+                    "cudaStreamSynchronize"
+                    | "cudaDeviceSynchronize"
+                    | "cudaEventSynchronize"
+                    | "cudaMemcpy"
+                    | "cudaMemcpy2D"
+                    | "cudaMemcpy3D" => self.blocking.push(span),
+                    _ if name.starts_with("cudaMemcpy") => {
+                        if let Some(id) = correlation {
+                            self.async_copies.push((id, span));
+                        }
+                    }
+                    _ => {}
+                }
+                return;
+            }
             _ => {}
         }
         if name.starts_with("ProfilerStep#") {
@@ -113,15 +186,24 @@ impl Trace {
         } else if is_dataloader_next(name) {
             self.dataloader.push(span);
         }
-        if matches!(name, "aten::to" | "aten::_to_copy")
-            && let Some(n) = e.args.and_then(|a| a.batch_of_first_input())
+        if cat == "cpu_op"
+            && let Some(dims) = e.args.as_ref().and_then(Args::first_input_4d)
         {
-            match self.batch_sizes.iter_mut().find(|(size, _)| *size == n) {
-                Some((_, count)) => *count += 1,
-                None => self.batch_sizes.push((n, 1)),
-            }
+            self.batched_ops.push(BatchedOp {
+                start: span.start,
+                name: name.to_string(),
+                dims,
+            });
         }
     }
+}
+
+/// An operator whose first input is 4-D.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchedOp {
+    pub start: f64,
+    pub name: String,
+    pub dims: Vec<u64>,
 }
 
 #[derive(Deserialize)]
@@ -138,13 +220,16 @@ struct Event {
 struct Args {
     #[serde(rename = "Input Dims")]
     input_dims: Option<serde_json::Value>,
+    /// Any JSON value: a trace whose ids are not numbers still reads (without them).
+    correlation: Option<serde_json::Value>,
 }
 
 impl Args {
-    /// N of a first input shaped N×C×H×W.
-    fn batch_of_first_input(&self) -> Option<u64> {
+    /// The dims of a first input shaped N×C×H×W.
+    fn first_input_4d(&self) -> Option<Vec<u64>> {
         let first = self.input_dims.as_ref()?.as_array()?.first()?.as_array()?;
-        (first.len() == 4).then(|| first[0].as_u64()).flatten()
+        let dims: Option<Vec<u64>> = first.iter().map(|d| d.as_u64()).collect();
+        dims.filter(|d| d.len() == 4)
     }
 }
 
@@ -253,6 +338,7 @@ impl<'de> Visitor<'de> for TopLevel<'_> {
         }
         trace.rank = rank;
         trace.steps.sort_by(|a, b| a.start.total_cmp(&b.start));
+        trace.finish();
         Ok(seen.then_some(trace))
     }
 }
@@ -322,7 +408,8 @@ mod tests {
             }]
         );
         assert_eq!(t.device.len(), 1);
-        assert_eq!(t.batch_size(), Some(256));
+        let (n, op) = t.batch_size(&t.dataloader).unwrap();
+        assert_eq!((n, op.name.as_str()), (256, "aten::to"));
         assert_eq!(t.rank, Some(3));
         let (_, name) = t.waits(&WaitSpan::Default).unwrap();
         assert_eq!(name, DATALOADER_NEXT);

@@ -97,8 +97,8 @@ fn markdown(d: &Diagnosis) -> String {
     out.push_str(
         "## Per rank\n\n| rank | steps | wait span | waiting share (95 % CI) | device idle (95 % CI) | \
          class | bound | step p50 / p95 / max | wait p50 / p95 / max | step without \
-         waiting | device busy per step | batch |\n|---|---:|---|---:|---:|---|---:|---:|\
-         ---:|---:|---:|---:|\n",
+         waiting | host p50 / p95 | device busy per step | batch |\n|---|---:|---|---:|---:|---|\
+         ---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in &d.ranks {
         let ci = |c: &crate::analysis::Estimate| {
@@ -106,7 +106,8 @@ fn markdown(d: &Diagnosis) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | `{}` | {} | {} | {} | {} | {} / {} / {} | {} / {} / {} | {} | {} | {} |",
+            "| {} | {} | `{}` | {} | {} | {} | {} | {} / {} / {} | {} / {} / {} | {} | {} / {} | {} \
+             | {} |",
             r.rank,
             r.steps,
             r.wait_span,
@@ -123,60 +124,92 @@ fn markdown(d: &Diagnosis) -> String {
             ms(r.wait_ms.p95),
             ms(r.wait_ms.max),
             ms(r.step_without_wait_ms),
-            r.device_busy_ms.map_or("–".into(), ms),
+            ms(r.host_ms.p50),
+            ms(r.host_ms.p95),
+            r.device_busy_ms.map_or("0 (no device work)".into(), ms),
             r.batch_size.map_or("–".into(), |b| b.to_string()),
         );
     }
+    let first = d.ranks.first();
     let _ = write!(
         out,
-        "\n![Every step's time and wait]({CHART})\n\n*Every profiled step: its time (solid) and \
+        "\n**Host time** is the step outside the wait for data and outside the CUDA calls that \
+         block on the device (synchronisations, device-to-host copies): the training thread's own \
+         time, during which it holds a core and does not ask for the next batch. On a trace with \
+         no device work it is the whole step outside the wait, and the device's time is 0.\n\n\
+         ![Every step's time and wait]({CHART})\n\n*Every profiled step: its time (solid) and \
          its wait for data (dashed), per rank.*\n\n## Next: replay this step against your \
          pipeline\n\n`loaderlab diagnose TRACE --emit stand_in.toml` writes an experiment whose \
-         step is a stand-in of {} (the median device busy time per step on a GPU trace, else \
-         the step without waiting). Put your transforms and dataset in it and run it: the \
-         report predicts the workers your pipeline needs for this step, and `loaderlab tune` \
-         finds them.\n",
-        d.ranks
-            .first()
-            .map_or("–".into(), |r| ms(r.stand_in_step_ms))
+         step is a stand-in of {} on the host (the median host time per step), then {} on the \
+         device (the median device busy time per step; 0 on a trace without device work: the \
+         step is all host). Point it at your Dataset (its `[pytorch] dataset` line) or put your \
+         transforms and dataset in it and run it: the report predicts the workers your pipeline \
+         needs for this step, and `loaderlab tune` finds them.\n",
+        first.map_or("–".into(), |r| ms(r.stand_in_host_ms)),
+        first.map_or("–".into(), |r| ms(r.stand_in_step_ms)),
     );
     out
 }
 
-/// A ready-to-edit experiment with the trace's step as a stand-in.
-pub fn emit_experiment(d: &Diagnosis) -> String {
-    let r = d
-        .ranks
-        .iter()
-        .max_by(|a, b| a.stand_in_step_ms.total_cmp(&b.stand_in_step_ms));
-    let step_ms = r.map_or(f64::NAN, |r| r.stand_in_step_ms);
-    let from = match r.map(|r| r.classified_by) {
-        Some(ClassifiedBy::DeviceIdle) => "the median device busy time per step",
-        _ => "the median step time without waiting for data",
-    };
-    let batch = match r.and_then(|r| r.batch_size) {
-        Some(b) => format!("batch_size = {b}          # from the trace's copies to the device"),
+/// A ready-to-edit experiment with the trace's step as a stand-in (its host side and its
+/// device side), for the file `file` it is written to.
+pub fn emit_experiment(d: &Diagnosis, file: &Path) -> String {
+    let r = d.ranks.iter().max_by(|a, b| {
+        (a.stand_in_step_ms + a.stand_in_host_ms)
+            .total_cmp(&(b.stand_in_step_ms + b.stand_in_host_ms))
+    });
+    let gpu = r.is_some_and(|r| r.device_busy_ms.is_some());
+    // Rounded to the µs: a step time, not a float's last digits.
+    let round = |v: f64| (v * 1e3).round() / 1e3;
+    let host = round(r.map_or(f64::NAN, |r| r.stand_in_host_ms));
+    let step = round(r.map_or(f64::NAN, |r| r.stand_in_step_ms));
+    let batch = match r.and_then(|r| r.batch_size.zip(r.batch_from.as_deref())) {
+        Some((b, from)) => format!(
+            "batch_size = {b}          # from the trace: {from}, the first operator after the wait \
+             to take a batch"
+        ),
         None => "batch_size = 256          # PLACEHOLDER: the trace does not show the batch size \
                  (record it with record_shapes=True); set yours"
             .to_string(),
     };
-    // Rounded to the µs: a step time, not a float's last digits.
-    let step = (step_ms * 1e3).round() / 1e3;
+    let sides = if gpu {
+        format!(
+            "host_ms = {host}          # the median step time outside the wait for data and the \
+             CUDA calls that block\n                          # on the device: the training thread's own \
+             time per step (Python, autograd, launches)\nstep_ms = {step}          # the median \
+             device busy time per step in the trace\nhost_threads = 1          # the cores the host \
+             side holds (one training thread)"
+        )
+    } else {
+        format!(
+            "host_ms = {host}          # the median step time outside the wait for data in the \
+             trace: the training\n                          # thread's own time per step (the \
+             trace has no device work: a CPU job)\nstep_ms = 0               # no device: the \
+             step is all host, synchronous, as a CPU job's is\nhost_threads = 1          # SET: \
+             your job's torch.get_num_threads(), the cores its step holds"
+        )
+    };
+    let name = file.file_name().map_or_else(
+        || file.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     format!(
-        r#"# A stand-in for the job in {trace}: its step replayed on an emulated device against your
-# pipeline in a real PyTorch DataLoader, so the report answers for that job and the worker count
-# it reads is your DataLoader's. Written by `loaderlab diagnose --emit`.
-# Run: loaderlab stand_in.toml   (then: loaderlab tune stand_in.toml)
+        r#"# A stand-in for the job in {trace}: its step replayed — the host's own time per step on
+# a core, then the device's — against your pipeline in a real PyTorch DataLoader, so the report
+# answers for that job and the worker count it reads is your DataLoader's.
+# Written by `loaderlab diagnose --emit`.
+# Run: loaderlab {name}   (then: loaderlab tune {name})
 
 [experiment]
 name = "stand_in"
-description = "The traced job's step ({step} ms) against this pipeline"
+description = "The traced job's step ({host} ms on the host, then {step} ms on the device) against this pipeline"
 seed = 42
 
 [dataset]
 # PLACEHOLDER: your data. These synthetic JPEGs need nothing; for your own images:
 #   kind = "image_folder"
 #   root = "/path/to/train"    (ImageFolder's layout: one folder per class)
+# or your own Dataset, as your job builds it: the [pytorch] dataset line below.
 kind = "synthetic"
 synthetic_size = 4096
 size = [375, 500]
@@ -194,14 +227,17 @@ engine = "pytorch"
 
 # [pytorch]
 # python = "/path/to/venv/bin/python"
-# dataset = "my_data.py:make_dataset"   # your own Dataset (validated; not run yet in this version)
+# Your own Dataset in place of [dataset] and [[transforms]]: "file.py:function" (the file
+# relative to this one), a function that returns your torch Dataset, whose items are (image
+# tensor, label). The DataLoader then runs your own code, your transforms included.
+# dataset = "my_data.py:make_dataset"
 
 [model]
 kind = "stand_in"
-step_ms = {step}          # {from} in the trace
+{sides}
 
 [device]
-kind = "cpu"              # the emulated device holds no core while busy
+kind = "cpu"              # the emulated device holds no core while busy; the host side holds its cores
 
 # PLACEHOLDER: replace this chain with your own transforms (torchvision semantics).
 [[transforms]]
@@ -230,12 +266,13 @@ rounds = 3
 # "loader.engine" = ["pytorch", "native"]   # what loaderlab's own loader would give
 
 # To run this pipeline with a real network of loaderlab's instead (model.kind = "small_cnn",
-# "resnet", …) on the traced GPU, keep the traced step as the yardstick: the report then says
-# whether loaderlab's own step is slower than yours (framework-bound) next to its ceiling.
+# "resnet", …), keep the traced step as the yardstick: the report then says whether
+# loaderlab's own step is slower than yours (framework-bound) next to its ceiling.
 # [report]
-# framework_step_ms = {step}
+# framework_step_ms = {total}
 "#,
         trace = d.trace,
+        total = round(host + step),
     )
 }
 
