@@ -418,3 +418,70 @@ fn the_prediction_meets_the_knee_of_a_worker_sweep_behind_storage() {
         "predicted {predicted}, the sweep's knee {knee}: {classes:?}; {p}"
     );
 }
+
+/// Read-ahead overlaps decoding, as a real reader's does: one worker keeps `read_ahead`
+/// requests in flight as a rolling window across images and batches (the next image's read on
+/// its way while this one decodes), so it reads at about min(read_ahead / latency, the
+/// decoder's own rate), not at one batch's reads and then its decoding in turn.
+#[test]
+#[ignore = "validation run: planted timing on real clocks (.ci/run: cargo test -- --ignored)"]
+fn read_ahead_keeps_requests_in_flight_while_images_decode() {
+    let _turn = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("images");
+    // 96 noise JPEGs of 240×320 (the decoder's own rate: hundreds per second here).
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..96 {
+        let class = root.join(format!("c{}", i % 2));
+        std::fs::create_dir_all(&class).unwrap();
+        let img = image::RgbImage::from_fn(320, 240, |_, _| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            image::Rgb([state as u8, (state >> 8) as u8, (state >> 16) as u8])
+        });
+        img.save(class.join(format!("{i:03}.jpg"))).unwrap();
+    }
+    let experiment = |storage: &str, matrix: &str| {
+        stored(
+            &root,
+            storage,
+            &format!(
+                "[protocol]\nwarmup_steps = 2\ntimed_steps = 12\nrounds = 1\nprofile = false\n\
+                 headroom = false\n\n[matrix]\n\"loader.workers\" = [1]\n{matrix}\n"
+            ),
+        )
+        .replace("size = 32", "size = 224")
+        .replace("batch_size = 8", "batch_size = 16")
+    };
+    // The decoder's own rate: the same reads with no latency.
+    let out = run(dir.path(), "decoder", &experiment("latency_ms = 0", ""));
+    let decoder = img_per_s(&out)[0].1;
+    let out = run(
+        dir.path(),
+        "ahead",
+        &experiment("latency_ms = 8", "\"loader.read_ahead\" = [1, 6, 12]"),
+    );
+    let rates = img_per_s(&out);
+    let mut lines = vec![format!("decoder alone: {decoder:.0} img/s")];
+    for ((condition, rate), depth) in rates.iter().zip([1.0f64, 6.0, 12.0]) {
+        let bound = (depth / 8e-3).min(decoder);
+        lines.push(format!(
+            "{condition}: {rate:.0} img/s, min(read_ahead / latency, decoder) = {bound:.0} \
+             ({:.0} %)",
+            rate / bound * 100.0
+        ));
+    }
+    eprintln!("{}", lines.join("\n"));
+    // One request at a time: a latency and a decode per image.
+    assert!(rates[0].1 <= 125.0 * 1.02, "{lines:?}");
+    for (k, depth) in [(1, 6.0f64), (2, 12.0)] {
+        let bound = (depth / 8e-3).min(decoder);
+        assert!(
+            rates[k].1 >= 0.8 * bound,
+            "read_ahead = {depth}: {} img/s against min(read_ahead / latency, decoder) = \
+             {bound:.0}: {lines:?}",
+            rates[k].1
+        );
+    }
+}

@@ -113,10 +113,11 @@ pub trait StorageHints: Send + Sync {
     fn storage_unit(&self, _index: usize) -> Option<u32> {
         None
     }
-    /// Wait for emulated storage to deliver these images (`[dataset.storage]`); false, at
-    /// once, where there is none.
-    fn request_batch(&self, _indices: &[u32], _read_ahead: usize) -> bool {
-        false
+    /// Ask emulated storage (`[dataset.storage]`) for image `index` on this reader: when its
+    /// bytes will have arrived (the caller sleeps until then before decoding it). None, at
+    /// once, where there is no emulated storage.
+    fn request(&self, _index: u32) -> Option<std::time::Instant> {
+        None
     }
     /// The order in which epoch `epoch` visits the images, when the dataset sets its own
     /// (WebDataset: shard by shard through a shuffle buffer); false leaves it to the loader's
@@ -161,9 +162,9 @@ pub trait Adapt: Send + Sync + Sized + 'static {
     ) -> Result<Read, DataError> {
         inner.read_region(index, buf, region)
     }
-    /// Emulated storage's wait for these images (see [`StorageHints::request_batch`]).
-    fn request_batch(&self, inner: &Adapted<Self>, indices: &[u32], read_ahead: usize) -> bool {
-        inner.inner.storage().request_batch(indices, read_ahead)
+    /// Emulated storage's request for an image (see [`StorageHints::request`]).
+    fn request(&self, inner: &Adapted<Self>, index: u32) -> Option<std::time::Instant> {
+        inner.inner.storage().request(index)
     }
     fn describe(&self, inner: &dyn Dataset) -> String {
         inner.describe()
@@ -218,8 +219,8 @@ impl<A: Adapt> StorageHints for Adapted<A> {
     fn storage_unit(&self, index: usize) -> Option<u32> {
         self.inner.storage().storage_unit(index)
     }
-    fn request_batch(&self, indices: &[u32], read_ahead: usize) -> bool {
-        self.adapt.request_batch(self, indices, read_ahead)
+    fn request(&self, index: u32) -> Option<std::time::Instant> {
+        self.adapt.request(self, index)
     }
     fn epoch_order(&self, shuffle: bool, seed: u64, epoch: u64, order: &mut Vec<u32>) -> bool {
         self.inner

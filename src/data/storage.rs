@@ -1,11 +1,14 @@
 //! Emulated remote storage (`[dataset.storage]`): every read of an image waits a request
 //! latency, then its bytes over a bandwidth all readers share, with at most `max_in_flight`
 //! requests outstanding — a what-if for NFS or an object store on any machine. Waiting sleeps,
-//! so it burns no CPU. The loader asks for a batch's images before decoding them, one at a
-//! time per worker as PyTorch's DataLoader does, or `loader.read_ahead` at once.
+//! so it burns no CPU. A loader's reader asks for each image before decoding it, one at a time
+//! as PyTorch's DataLoader's worker does, or keeps `loader.read_ahead` requests outstanding as a
+//! rolling window (the next images' reads in flight while this one decodes).
 //!
 //! The shared link is a FIFO reservation: a request's transfer starts when its latency has
-//! passed and the link is free, and occupies it for bytes / bandwidth.
+//! passed and the link is free, and occupies it for bytes / bandwidth. A request is issued at
+//! once ([`Storage::issue`] answers when its bytes will have arrived) and counts as in flight
+//! until then.
 //!
 //! Images stored together (a WebDataset shard, [`Dataset::storage_unit`]) are streamed: a
 //! reader (a loader worker) pays the request's latency when it opens a shard and then only the
@@ -14,7 +17,6 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,7 +36,8 @@ pub struct Storage {
 
 #[derive(Default)]
 struct Link {
-    in_flight: usize,
+    /// When each request in flight has its bytes (those past are dropped as requests come).
+    arrivals: Vec<Instant>,
     free_at: Option<Instant>,
 }
 
@@ -51,17 +54,28 @@ impl Storage {
 
     /// One request of `bytes`: returns when they have arrived.
     pub fn request(&self, bytes: u64) {
-        self.transfer(bytes, true)
+        sleep_until(self.issue(bytes, true));
     }
 
-    /// `bytes` over the link, after the request's latency when `new` (else the next bytes of
-    /// a stream already open).
-    fn transfer(&self, bytes: u64, new: bool) {
+    /// Issue a request of `bytes` (after the request's latency when `new`, else the next bytes
+    /// of a stream already open) and return when they will have arrived. Blocks only while
+    /// `max_in_flight` requests are in flight.
+    pub fn issue(&self, bytes: u64, new: bool) -> Instant {
         let mut link = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while self.max_in_flight > 0 && link.in_flight >= self.max_in_flight {
-            link = self.freed.wait(link).unwrap_or_else(|e| e.into_inner());
+        loop {
+            let now = Instant::now();
+            link.arrivals.retain(|&t| t > now);
+            if self.max_in_flight == 0 || link.arrivals.len() < self.max_in_flight {
+                break;
+            }
+            // A slot frees when the earliest request in flight has its bytes.
+            let first = link.arrivals.iter().min().copied().unwrap_or(now);
+            link = self
+                .freed
+                .wait_timeout(link, first.saturating_duration_since(now))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
-        link.in_flight += 1;
         let first_byte = Instant::now() + if new { self.latency } else { Duration::ZERO };
         let done = if self.bytes_per_s > 0.0 {
             let start = link.free_at.map_or(first_byte, |f| f.max(first_byte));
@@ -71,15 +85,16 @@ impl Storage {
         } else {
             first_byte
         };
-        drop(link);
-        let now = Instant::now();
-        if done > now {
-            std::thread::sleep(done - now);
-        }
-        let mut link = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        link.in_flight -= 1;
-        drop(link);
-        self.freed.notify_one();
+        link.arrivals.push(done);
+        done
+    }
+}
+
+/// Sleep until `t` (at once if it has passed).
+pub fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        std::thread::sleep(t - now);
     }
 }
 
@@ -91,29 +106,11 @@ impl Adapt for Stored {
     fn describe(&self, inner: &dyn Dataset) -> String {
         format!("{} behind emulated storage", inner.describe())
     }
-    /// `read_ahead` (`loader.read_ahead`): requests outstanding at once; 1, one at a time.
-    fn request_batch(&self, stored: &Adapted<Self>, indices: &[u32], read_ahead: usize) -> bool {
-        let transfers = self.transfers(stored.inner.storage(), indices);
-        if read_ahead <= 1 || transfers.len() <= 1 {
-            for &(bytes, new) in &transfers {
-                self.0.transfer(bytes, new);
-            }
-            return true;
-        }
-        // `read_ahead` requests outstanding at once: that many threads take the next image.
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..read_ahead.min(transfers.len()) {
-                s.spawn(|| {
-                    while let Some(&(bytes, new)) =
-                        transfers.get(next.fetch_add(1, Ordering::Relaxed))
-                    {
-                        self.0.transfer(bytes, new);
-                    }
-                });
-            }
-        });
-        true
+    /// Issue the request for image `index` on this reader: a new request, or the next bytes of
+    /// a stored unit this reader has open.
+    fn request(&self, stored: &Adapted<Self>, index: u32) -> Option<Instant> {
+        let (bytes, new) = self.transfer_of(stored.inner.storage(), index);
+        Some(self.0.issue(bytes, new))
     }
 }
 
@@ -132,32 +129,27 @@ pub fn close_streams() {
 }
 
 impl Stored {
-    /// Each image's (bytes, whether it starts a new request) on this reader: every image of a
+    /// Image `index`'s (bytes, whether it starts a new request) on this reader: every image of a
     /// dataset read file by file; the first of a stored unit this reader has not open.
-    fn transfers(&self, inner: &dyn StorageHints, indices: &[u32]) -> Vec<(u64, bool)> {
+    fn transfer_of(&self, inner: &dyn StorageHints, index: u32) -> (u64, bool) {
         let me = std::ptr::from_ref(self) as usize;
         OPEN.with(|open| {
             let mut open = open.borrow_mut();
-            indices
-                .iter()
-                .map(|&i| {
-                    let bytes = inner.stored_len(i as usize).unwrap_or(0);
-                    let Some(unit) = inner.storage_unit(i as usize) else {
-                        return (bytes, true);
-                    };
-                    let key = (me, unit);
-                    if let Some(at) = open.iter().position(|k| *k == key) {
-                        open.remove(at);
-                        open.push_back(key);
-                        return (bytes, false);
-                    }
-                    if open.len() >= OPEN_STREAMS {
-                        open.pop_front();
-                    }
-                    open.push_back(key);
-                    (bytes, true)
-                })
-                .collect()
+            let bytes = inner.stored_len(index as usize).unwrap_or(0);
+            let Some(unit) = inner.storage_unit(index as usize) else {
+                return (bytes, true);
+            };
+            let key = (me, unit);
+            if let Some(at) = open.iter().position(|k| *k == key) {
+                open.remove(at);
+                open.push_back(key);
+                return (bytes, false);
+            }
+            if open.len() >= OPEN_STREAMS {
+                open.pop_front();
+            }
+            open.push_back(key);
+            (bytes, true)
         })
     }
 }
@@ -242,18 +234,22 @@ mod tests {
             })),
         };
         // Two batches spanning both units: one latency per unit, on this reader.
-        let new = |t: Vec<(u64, bool)>| t.iter().filter(|t| t.1).count();
-        let transfers = |indices: &[u32]| stored.adapt.transfers(&Units, indices);
-        assert_eq!(new(transfers(&[0, 1, 12, 2])), 2);
-        assert_eq!(new(transfers(&[3, 13, 19])), 0);
+        let transfers = |indices: &[u32]| {
+            indices
+                .iter()
+                .filter(|&&i| stored.adapt.transfer_of(&Units, i).1)
+                .count()
+        };
+        assert_eq!(transfers(&[0, 1, 12, 2]), 2);
+        assert_eq!(transfers(&[3, 13, 19]), 0);
         // Another reader opens its own streams.
-        let other = std::thread::scope(|s| s.spawn(|| new(transfers(&[4]))).join());
+        let other = std::thread::scope(|s| s.spawn(|| transfers(&[4])).join());
         assert_eq!(other.unwrap(), 1);
-        // Ten images of one unit: about one latency, not ten.
+        // Ten images of one unit, one at a time: about one latency, not ten.
         let t = Instant::now();
-        stored
-            .storage()
-            .request_batch(&(0..10).collect::<Vec<u32>>(), 1);
+        for i in 0..10 {
+            sleep_until(stored.storage().request(i).unwrap());
+        }
         assert!(t.elapsed() < Duration::from_millis(10), "{:?}", t.elapsed());
     }
 

@@ -21,6 +21,7 @@ pub use sampler::{Shard, epoch_order};
 pub use stages::StageTotals;
 use stages::{LocalStages, STAGE_SAMPLE, StageClock};
 
+use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -145,6 +146,16 @@ struct Builder {
     pixels: Vec<u8>,
     /// This batch's stage times (profiled runs).
     stages: LocalStages,
+    /// This reader's emulated-storage requests in flight, in read order: (image, when its
+    /// bytes arrive).
+    reads: VecDeque<(u32, Instant)>,
+    /// The batch this builder most likely builds after batch k is k + `stride`: the next one
+    /// for the training thread at 0 workers (and a single worker), k + N for one of N workers
+    /// (they claim batches as they free buffers, mostly in turn). Its read-ahead runs on into
+    /// that batch; requests for a batch another worker claimed after all are dropped.
+    stride: u64,
+    /// The indices of the batch being built (kept to reuse its allocation).
+    indices: Vec<u32>,
 }
 
 impl Builder {
@@ -160,7 +171,46 @@ impl Builder {
             scratch: Scratch::default(),
             pixels: Vec::new(),
             stages: LocalStages::default(),
+            reads: VecDeque::new(),
+            stride: source.cfg.workers.max(1) as u64,
+            indices: Vec::new(),
         }
+    }
+
+    /// Wait until image `indices[slot]`'s bytes have arrived from emulated storage, keeping
+    /// `read_ahead` requests in flight: this image's and the next ones' — of this batch, then of
+    /// the batch this builder builds next (k + `stride`). The time it took (asking, and asleep
+    /// until the bytes arrived); None without emulated storage.
+    fn read(&mut self, source: &Source, k: u64, indices: &[u32], slot: usize) -> Option<Duration> {
+        let started = Instant::now();
+        let storage = source.dataset.storage();
+        let depth = source.cfg.read_ahead.max(1);
+        if self.reads.front().is_some_and(|&(i, _)| i != indices[slot]) {
+            // Requests for other images than these (a batch not built after all): dropped.
+            self.reads.clear();
+        }
+        let mut next_batch: Option<Vec<u32>> = None;
+        while self.reads.len() < depth {
+            // The request's place in the reading order from this image on.
+            let at = slot + self.reads.len();
+            let image = match indices.get(at) {
+                Some(&i) => i,
+                None => {
+                    let stride = self.stride;
+                    let next =
+                        next_batch.get_or_insert_with(|| self.sampler.batch(k + stride).1.to_vec());
+                    match next.get(at - indices.len()) {
+                        Some(&i) => i,
+                        None => break,
+                    }
+                }
+            };
+            let arrives = storage.request(image)?;
+            self.reads.push_back((image, arrives));
+        }
+        let (_, arrives) = self.reads.pop_front()?;
+        crate::data::storage::sleep_until(arrives);
+        Some(started.elapsed())
     }
 
     /// Build batch `k`; `profiling` (a profiled run only): one image in [`STAGE_SAMPLE`] is
@@ -196,19 +246,22 @@ impl Builder {
             panic!("cannot allocate a batch buffer: {e}");
         }
         batch.labels.resize(source.cfg.batch_size, 0);
-        // Emulated storage delivers the batch's images first (one request at a time, or
-        // `loader.read_ahead` at once); a sleep, timed on every batch.
-        let asked = Instant::now();
-        if source
-            .dataset
-            .storage()
-            .request_batch(indices, source.cfg.read_ahead)
-            && profiling
-        {
-            self.stages.storage_ns = Some(asked.elapsed().as_nanos() as u64);
-        }
+        // Emulated storage delivers each image before it is decoded (one request at a time, or
+        // `loader.read_ahead` kept in flight); a sleep, timed on every batch.
+        // The batch's indices, in a buffer of the builder's own (no allocation per batch), so
+        // the read-ahead may ask the sampler for the next batch's.
+        let mut mine = std::mem::take(&mut self.indices);
+        mine.clear();
+        mine.extend_from_slice(indices);
+        let indices = mine;
+        let mut asleep = Duration::ZERO;
+        let mut stored = false;
         let images = batch.images.as_mut_slice();
         for (slot, &i) in indices.iter().enumerate() {
+            if let Some(slept) = self.read(source, k, &indices, slot) {
+                stored = true;
+                asleep += slept;
+            }
             // The next image's bytes are on their way while this one is transformed (a random
             // read from a dataset of tens of MB misses every cache).
             if let Some(&next) = indices.get(slot + 1) {
@@ -244,6 +297,10 @@ impl Builder {
                     *c += 1;
                 }
             }
+        }
+        self.indices = indices;
+        if profiling && stored {
+            self.stages.storage_ns = Some(asleep.as_nanos() as u64);
         }
         {
             let _span = profiling.then(|| spans::stage_span(spans::FINGERPRINT).entered());
