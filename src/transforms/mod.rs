@@ -322,7 +322,7 @@ pub fn thread_cpu_ns() -> u64 {
 }
 
 /// Spin until this thread has used `ns` more ns of CPU time (never sleeping): `cpu_work`'s
-/// cost per image and the stand-in's host side per step.
+/// cost per image.
 pub fn burn_cpu(ns: u64) {
     if ns == 0 {
         return;

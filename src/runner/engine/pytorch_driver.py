@@ -520,17 +520,22 @@ class EmulatedDevice:
             self.cv.notify_all()
 
 
-# GIL-free work for the host side's spin: hashing this many bytes releases the GIL (CPython's
-# hashlib does for 2 KiB or more), so the helpers spin on their own cores at once.
-SPIN_BLOCK = bytes(8192)
+# What the host side's spin streams through (src/train/host.rs, HOST_BUFFER): 8 MiB, past a
+# core's own caches, read 64 KiB at a time by a hash, which releases the GIL (CPython's hashlib
+# does for 2 KiB or more), so the helpers spin on their own cores at once.
+SPIN_BUFFER = memoryview(bytes(8 << 20))
+SPIN_CHUNK = 64 << 10
 
 
 def spin(seconds):
     """Spin until this thread has used `seconds` more of CPU time (its own CPU clock, as
-    loaderlab's cpu_work and host side do)."""
+    loaderlab's host side does), reading through SPIN_BUFFER as a real step's activations are
+    read: it evicts what a worker beside it caches, as a real step does."""
     end = time.thread_time() + seconds
+    at = 0
     while time.thread_time() < end:
-        hashlib.blake2b(SPIN_BLOCK)
+        hashlib.blake2b(SPIN_BUFFER[at : at + SPIN_CHUNK])
+        at = (at + SPIN_CHUNK) % len(SPIN_BUFFER)
 
 
 class HostWork:
