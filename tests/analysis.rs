@@ -67,7 +67,7 @@ fn folder_of(
                 profile_startup_ms: None,
                 memory_pool: None,
                 model: None,
-                engine: None,
+                engine: Default::default(),
                 stages: None,
                 headroom: None,
                 host: None,

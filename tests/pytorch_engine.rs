@@ -18,6 +18,19 @@ fn python() -> Option<PathBuf> {
     common::torch_python()
 }
 
+/// The tests of this file run side by side, each with children and workers of its own; one
+/// that judges device times against a declared step takes the machine alone ([`alone`]),
+/// the others share it ([`shared`]).
+static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    MACHINE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MACHINE.write().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The seed's chain on synthetic 28×28 images against a stand-in step, on the pytorch engine.
 fn experiment(name: &str, python: &Path, rest: &str) -> String {
     format!(
@@ -54,6 +67,7 @@ fn json(path: &Path) -> Value {
 #[test]
 fn the_seed_chain_runs_in_a_torch_dataloader_with_the_same_results_contract() {
     let Some(python) = python() else { return };
+    let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
     let text = experiment(
         "pt",
@@ -69,17 +83,37 @@ fn the_seed_chain_runs_in_a_torch_dataloader_with_the_same_results_contract() {
     assert_eq!(runs.lines().count(), 1 + 4);
     let r = json(&out.join("result.json"));
     for c in r["run"]["conditions"].as_array().unwrap() {
-        let engine = c["engine"].as_str().unwrap();
+        // The engine as a type in the results: its kind, interpreter and versions.
+        let engine = &c["engine"];
+        assert_eq!(engine["kind"], "pytorch", "{engine}");
+        assert_eq!(
+            engine["interpreter"],
+            python.display().to_string(),
+            "{engine}"
+        );
         assert!(
-            engine.starts_with("pytorch: torch.utils.data.DataLoader (torch "),
+            engine["torch"].as_str().unwrap().starts_with("2."),
+            "{engine}"
+        );
+        assert!(
+            !engine["torchvision"].as_str().unwrap().is_empty(),
             "{engine}"
         );
         assert_eq!(c["compute_device"], "stand_in");
     }
     for c in r["analysis"]["conditions"].as_array().unwrap() {
-        // The emulated device's own schedule: 5 ms per step.
+        // The emulated device's 5 ms per step, on the host's own clock: the device was busy
+        // at most the whole window and at least its 8 steps' declared time (the window, from
+        // the first batch request to the device idle, is timed by the child's main thread).
         let device_ms = c["device_median_ms"].as_f64().unwrap();
         assert!((device_ms / 5.0 - 1.0).abs() < 0.1, "{device_ms} ms: {c}");
+        let idle = c["device_idle_median"].as_f64().unwrap();
+        let img_per_s = c["img_per_s"]["point"].as_f64().unwrap();
+        let window_ms = 8.0 * 64.0 / img_per_s * 1e3;
+        assert!(
+            window_ms >= 8.0 * 5.0 * 0.99 && (0.0..1.0).contains(&idle),
+            "a window of {window_ms} ms for 8 steps of 5 ms, idle {idle}: {c}"
+        );
         assert!(c["startup_ms_median"].as_f64().unwrap() > 0.0, "{c}");
     }
     // Each condition's rounds saw the same batches; the two worker counts are separate groups
@@ -142,11 +176,25 @@ fn the_seed_chain_runs_in_a_torch_dataloader_with_the_same_results_contract() {
         "{}",
         String::from_utf8_lossy(&verify.stdout)
     );
+    // A pytorch result whose trace is missing fails verify, naming it.
+    let trace = r["run"]["conditions"][0]["trace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::remove_file(out.join(&trace)).unwrap();
+    let verify = loaderlab().arg("verify").arg(&out).output().unwrap();
+    let said = String::from_utf8_lossy(&verify.stdout);
+    assert!(!verify.status.success(), "{said}");
+    assert!(
+        said.contains("trace of workers=0") && said.contains(&trace),
+        "{said}"
+    );
 }
 
 #[test]
 fn the_seeds_network_trains_in_pytorch_from_the_same_weights_every_run() {
     let Some(python) = python() else { return };
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     let text = experiment(
         "cnn",
@@ -186,6 +234,7 @@ fn the_seeds_network_trains_in_pytorch_from_the_same_weights_every_run() {
 #[test]
 fn encoded_synthetic_images_reach_the_child_as_the_same_files() {
     let Some(python) = python() else { return };
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
         r#"
@@ -234,6 +283,7 @@ headroom = false
 #[test]
 fn an_exception_in_the_dataset_ends_the_run_with_the_end_of_its_traceback() {
     let Some(python) = python() else { return };
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     // An image folder whose only image is not an image: torchvision's loader raises in the
     // child (loaderlab's own reader would decode nothing before the run).
@@ -389,6 +439,7 @@ collate_fn = "collate"
 #[test]
 fn webdataset_shards_stream_into_the_dataloader_with_the_folders_images() {
     let Some(python) = python() else { return };
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     common::shards_and_folder(dir.path(), true);
     let text = |dataset: &str, shuffle: bool, profile: bool| {
@@ -496,6 +547,7 @@ headroom = false
 #[test]
 fn emulated_storage_is_shared_by_the_dataloaders_worker_processes() {
     let Some(python) = python() else { return };
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     let text = |storage: &str| {
         format!(
@@ -664,6 +716,7 @@ print(n / window, 1.0 - (device.busy - busy0) / window)
 #[ignore = "benchmark, by hand: cargo test --test pytorch_engine the_engine_builds -- --ignored"]
 fn the_engine_builds_batches_as_fast_as_a_plain_dataloader_loop() {
     let Some(python) = python() else { return };
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     let step_ms = 20.0;
     let median = |mut v: Vec<f64>| {
@@ -778,6 +831,7 @@ fn interrupted(file: &Path, out: &Path, rows: usize) -> (Option<i32>, String, Pa
 #[test]
 fn ctrl_c_stops_the_child_and_keeps_the_rows() {
     let Some(python) = python() else { return };
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     let text = experiment(
         "stop",
@@ -806,6 +860,7 @@ fn ctrl_c_stops_the_child_and_keeps_the_rows() {
 #[test]
 fn a_node_of_ranks_runs_a_dataloader_per_rank_meeting_at_a_barrier() {
     let Some(python) = python() else { return };
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     let text = experiment(
         "node",
@@ -872,6 +927,7 @@ fn a_node_of_ranks_runs_a_dataloader_per_rank_meeting_at_a_barrier() {
 #[test]
 fn a_rank_that_dies_ends_the_run_with_one_message() {
     let Some(python) = python() else { return };
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     let file = users_experiment(
         dir.path(),
@@ -950,6 +1006,36 @@ def dies_in_rank_1():
 
 def init_worker(worker_id):
     os.environ["MARKED"] = str(worker_id)
+
+
+def returns_none():
+    return None
+
+
+def empty():
+    return []
+
+
+class BadLaterItems(Mine):
+    def __getitem__(self, i):
+        if i % 50 == 7:
+            return self.x[i], i % 10, "an extra field"
+        return super().__getitem__(i)
+
+
+def bad_later_item():
+    return BadLaterItems()
+
+
+class Hangs(Mine):
+    def __getitem__(self, i):
+        if i % 50 == 7:
+            time.sleep(30)
+        return super().__getitem__(i)
+
+
+def hangs():
+    return Hangs()
 "#;
 
 /// An experiment on the user's Dataset in `dir` (written there) against a stand-in step.
@@ -993,6 +1079,7 @@ worker_init_fn = "my_data.py:init_worker"
 #[test]
 fn the_users_own_dataset_runs_in_the_dataloader() {
     let Some(python) = python() else { return };
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     let file = users_experiment(
         dir.path(),
@@ -1112,6 +1199,7 @@ fn the_users_own_dataset_runs_in_the_dataloader() {
 #[ignore = "validation run: planted timing on real clocks (.ci/run: cargo test -- --ignored)"]
 fn the_prediction_for_a_planted_users_dataset_meets_the_knee_and_tune_chooses_it() {
     let Some(python) = python() else { return };
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     let file = users_experiment(
         dir.path(),
@@ -1187,6 +1275,7 @@ fn the_prediction_for_a_planted_users_dataset_meets_the_knee_and_tune_chooses_it
 #[ignore = "validation run: planted timing on real clocks (.ci/run: cargo test -- --ignored)"]
 fn diagnose_reads_the_engines_trace_and_finds_the_reports_waiting_share() {
     let Some(python) = python() else { return };
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     let text = experiment(
         "traced",
@@ -1228,4 +1317,274 @@ fn diagnose_reads_the_engines_trace_and_finds_the_reports_waiting_share() {
         (share - reported).abs() <= 0.01,
         "report {reported}, diagnose {share}"
     );
+}
+
+/// The real child speaks the Rust types: the condition and each request serialised from
+/// loaderlab's own structs, every line it printed parsed as a `Reply` (whose fields are
+/// `deny_unknown_fields`), in the order a run, a headroom run and a profiled run say them.
+#[test]
+fn the_real_childs_replies_and_our_requests_round_trip_through_the_rust_types() {
+    use loaderlab::runner::engine::child::driver_file;
+    use loaderlab::runner::engine::child::protocol::{
+        ConditionSpec, HeadroomSpec, LoaderSpec, Reply, Request, StepSpec, UserCode,
+    };
+    use std::io::Write as _;
+    let Some(python) = python() else { return };
+    let _machine = shared();
+    let dir = tempfile::tempdir().unwrap();
+    let (images, labels) = (dir.path().join("images.u8"), dir.path().join("labels.u8"));
+    std::fs::write(
+        &images,
+        (0..64 * 64).map(|i| (i % 251) as u8).collect::<Vec<u8>>(),
+    )
+    .unwrap();
+    std::fs::write(
+        &labels,
+        (0..64).map(|i| (i % 10) as u8).collect::<Vec<u8>>(),
+    )
+    .unwrap();
+    let spec = ConditionSpec {
+        seed: 3,
+        ranks: 1,
+        dataset: serde_json::json!({"kind": "raw", "images": images, "labels": labels, "shape": [1, 8, 8]}),
+        storage: None,
+        user: UserCode::default(),
+        transforms: vec![serde_json::from_value(serde_json::json!({"op": "to_tensor"})).unwrap()],
+        loader: LoaderSpec {
+            batch_size: 8,
+            workers: 0,
+            prefetch_factor: 2,
+            persistent_workers: true,
+            pin_memory: false,
+            shuffle: true,
+            drop_last: true,
+        },
+        step: StepSpec::StandIn {
+            step_ms: 1.0,
+            host_ms: 0.5,
+            host_threads: 1,
+            host_buffer: 1 << 20,
+            queue_depth: 2,
+        },
+        headroom: HeadroomSpec {
+            batches: 4,
+            segments: 3,
+            warmup: 3,
+        },
+        fingerprint_sample: 4096,
+        stall_s: 60.0,
+    };
+    let trace = dir.path().join("trace.json");
+    let mut lines = vec![serde_json::to_string(&spec).unwrap()];
+    for request in [
+        Request::Run {
+            warmup: 1,
+            timed: 3,
+        },
+        Request::Headroom { steps: 3 },
+        Request::Profile {
+            warmup: 2,
+            steps: 2,
+            trace: trace.clone(),
+        },
+        Request::Quit,
+    ] {
+        lines.push(serde_json::to_string(&request).unwrap());
+    }
+    let mut child = StdCommand::new(&python)
+        .arg(driver_file().unwrap())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all((lines.join("\n") + "\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kinds: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| {
+            let reply: Reply = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("the child printed {line}, which is no Reply: {e}"));
+            let kind = format!("{reply:?}");
+            kind[..kind.find([' ', '(', '{']).unwrap_or(kind.len())].to_string()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Ready", "Prepared", "Started", "Step", "Step", "Step", "Done", "Headroom", "Profiled"
+        ],
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(trace.is_file());
+}
+
+/// The user's mistakes told as theirs: a factory that returns None, an empty Dataset, an item
+/// past item 0 that is not (tensor, label) — each ends the run (exit 1) with a sentence naming
+/// what the function returned, or which item and what it is, and no frame of the child's own —
+/// and a `__getitem__` that never returns ends the run after `[pytorch] stall_s` with one
+/// message naming the condition, the worker count and the batch, the rows so far kept.
+#[test]
+fn the_users_mistakes_are_told_as_theirs_and_a_stall_is_named() {
+    let Some(python) = python() else { return };
+    let _machine = shared();
+    let dir = tempfile::tempdir().unwrap();
+    let quick = "[protocol]\nwarmup_steps = 2\ntimed_steps = 4\nrounds = 1\nprofile = false\n\
+                 headroom = false\n";
+    let run = |function: &str, extra: &str| {
+        let file = users_experiment(dir.path(), &python, function, &format!("{quick}{extra}"));
+        // A short stall limit: the hang is planted for 30 s.
+        let text = std::fs::read_to_string(&file).unwrap().replace(
+            "worker_init_fn = \"my_data.py:init_worker\"",
+            "worker_init_fn = \"my_data.py:init_worker\"\nstall_s = 2",
+        );
+        std::fs::write(&file, text).unwrap();
+        let out = dir.path().join(format!("out_{function}"));
+        let output = loaderlab()
+            .arg(&file)
+            .arg("--out")
+            .arg(&out)
+            .arg("--quiet")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        assert_eq!(output.status.code(), Some(1), "{function}: {stderr}");
+        assert!(stderr.contains("my_data.py:"), "{function}: {stderr}");
+        // The child's own frames are hidden: only the user's file is named.
+        assert!(!stderr.contains("loaderlab_child"), "{function}: {stderr}");
+        (stderr, out)
+    };
+    let (e, _) = run("returns_none", "");
+    eprintln!("{e}");
+    assert!(
+        e.contains("the function returned a NoneType (None), not a torch Dataset"),
+        "{e}"
+    );
+    let (e, _) = run("empty", "");
+    eprintln!("{e}");
+    assert!(e.contains("your Dataset is empty (len 0)"), "{e}");
+    for workers in [0, 2] {
+        let (e, _) = run(
+            "bad_later_item",
+            &format!("\n[matrix]\n\"loader.workers\" = [{workers}]\n"),
+        );
+        assert!(
+            e.contains("is a tuple of 3 (Tensor, int, str): items must be (image tensor, label)"),
+            "{workers} workers: {e}"
+        );
+        assert!(e.contains("item "), "{e}");
+        if workers > 0 {
+            assert!(e.contains("in DataLoader worker process"), "{e}");
+        }
+    }
+    // A hang: the stall named, the rows measured before it kept.
+    let (e, out) = run("hangs", "");
+    assert!(
+        e.contains("no batch for 2 s while waiting for") && e.contains("with 0 DataLoader workers"),
+        "{e}"
+    );
+    assert!(e.contains("[pytorch] stall_s = 2"), "{e}");
+    assert!(
+        e.contains("default (pytorch engine)"),
+        "the condition named: {e}"
+    );
+    // The partial folder keeps steps.csv (its header, and any row measured before the stall).
+    let partial = dir.path().join("out_hangs.partial");
+    assert!(partial.join("steps.csv").is_file() || out.join("steps.csv").is_file());
+}
+
+/// `dataset.page_cache` on the pytorch engine: the page cache under the declared folder's files
+/// is set before each run as on the native engine (dropped with POSIX_FADV_DONTNEED for
+/// "cold", read for "warm"), and its resident share recorded in runs.csv.
+#[test]
+fn the_page_cache_is_set_under_the_childs_files_too() {
+    let Some(python) = python() else { return };
+    let _machine = shared();
+    // On disk under target/, not /tmp (which may be a tmpfs that cannot evict).
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let probe = dir.path().join("probe.bin");
+    std::fs::write(&probe, vec![7u8; 4 << 20]).unwrap();
+    loaderlab::data::page_cache::evict(std::slice::from_ref(&probe));
+    if loaderlab::data::page_cache::resident(std::slice::from_ref(&probe)).is_none_or(|r| r > 0.05)
+    {
+        common::skip("this filesystem does not drop pages on POSIX_FADV_DONTNEED");
+        return;
+    }
+    let root = dir.path().join("images");
+    for i in 0..64u32 {
+        let class = root.join(format!("c{}", i % 2));
+        std::fs::create_dir_all(&class).unwrap();
+        let img = image::RgbImage::from_fn(96, 96, |x, y| {
+            image::Rgb([(x * 2) as u8, (y * 2) as u8, (i * 3) as u8])
+        });
+        img.save(class.join(format!("{i:03}.png"))).unwrap();
+    }
+    let text = format!(
+        r#"
+[experiment]
+name = "cache"
+seed = 1
+
+[dataset]
+kind = "image_folder"
+root = "{}"
+
+[[transforms]]
+op = "center_crop"
+size = 64
+
+[[transforms]]
+op = "to_tensor"
+
+[loader]
+batch_size = 8
+workers = 1
+engine = "pytorch"
+
+[model]
+kind = "stand_in"
+step_ms = 1
+
+[pytorch]
+python = "{}"
+
+[protocol]
+warmup_steps = 1
+timed_steps = 3
+rounds = 1
+profile = false
+headroom = false
+
+[matrix]
+"dataset.page_cache" = ["warm", "cold"]
+"#,
+        root.display(),
+        python.display()
+    );
+    let out = common::run_experiment(dir.path(), "cache", &text);
+    let runs = std::fs::read_to_string(out.join("runs.csv")).unwrap();
+    let mut lines = runs.lines();
+    let header = common::split_csv(lines.next().unwrap());
+    let at = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let rows: Vec<Vec<String>> = lines.map(common::split_csv).collect();
+    assert_eq!(rows.len(), 2, "{runs}");
+    for row in &rows {
+        let resident: f64 = row[at("page_cache_resident")].parse().unwrap();
+        if row[at("condition")].contains("cold") {
+            assert!(resident <= 0.05, "{row:?}: {resident} resident");
+        } else {
+            assert!(resident >= 0.95, "{row:?}: {resident} resident");
+        }
+    }
 }

@@ -225,6 +225,8 @@ class Loader:
                 if int(err) != 0:
                     raise LoaderError(f"pin_memory: cudaHostRegister failed ({err})")
                 self._pinned.add(start)
+                # The native side keeps it until it is unregistered (close).
+                self._loader().pin(start)
 
     def buffers(self) -> list:
         """(address, bytes) of every buffer a batch has been handed over in: a tensor from
@@ -232,10 +234,21 @@ class Loader:
         return self._loader().buffers()
 
     def close(self) -> None:
-        """Stop and join the worker threads. Tensors already handed out stay valid."""
+        """Stop and join the worker threads. Tensors already handed out stay valid.
+
+        Every buffer this loader page-locked is unregistered first (cudaHostUnregister), so no
+        page-locked buffer is freed while registered.
+        """
         native, self._native = getattr(self, "_native", None), None
-        if native is not None:
-            native.close()
+        if native is None:
+            return
+        pinned = native.pinned()
+        if pinned:
+            import torch
+
+            for start, _size in pinned:
+                torch.cuda.cudart().cudaHostUnregister(start)
+        native.close()
 
     def __enter__(self) -> "Loader":
         return self

@@ -61,11 +61,14 @@ struct Managed {
 
 /// What a capsule's tensor keeps alive.
 enum Keeps {
-    /// A batch's images; the buffer goes back to `returned` (up to `keep` of them).
+    /// A batch's images; the buffer goes back to `returned` (up to `keep` of them, and
+    /// always when `pinned` lists it: a page-locked buffer is freed only after the Python side
+    /// unregisters it, on `close`).
     Images {
         batch: Batch,
         returned: Arc<Mutex<Vec<Batch>>>,
         keep: usize,
+        pinned: Arc<Mutex<Vec<usize>>>,
     },
     Labels(
         #[expect(
@@ -96,10 +99,16 @@ unsafe extern "C" fn delete(managed: *mut Managed) {
         batch,
         returned,
         keep,
+        pinned,
     } = owner.keeps
     {
+        let start = batch.images().as_ptr() as usize;
+        let pinned = pinned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&start);
         let mut returned = returned.lock().unwrap_or_else(|p| p.into_inner());
-        if returned.len() < keep {
+        if returned.len() < keep || pinned {
             returned.push(batch);
         }
     }
@@ -169,9 +178,10 @@ fn capsule(
 /// The batch's images as float32 N×C×H×W, in the batch's own buffer.
 pub fn images(
     py: Python<'_>,
-    batch: Batch,
+    mut batch: Batch,
     returned: Arc<Mutex<Vec<Batch>>>,
     keep: usize,
+    pinned: Arc<Mutex<Vec<usize>>>,
 ) -> PyResult<Py<PyAny>> {
     let s = batch.shape;
     let shape = [
@@ -181,8 +191,8 @@ pub fn images(
         s.width as i64,
     ];
     // Torch may write into the tensor (an in-place normalisation): the buffer is the
-    // tensor's alone until torch frees it.
-    let data = batch.images().as_ptr() as *mut c_void;
+    // tensor's alone until torch frees it, and its pointer comes from a mutable borrow.
+    let data = batch.images_mut().as_mut_ptr() as *mut c_void;
     let dtype = DataType {
         code: FLOAT,
         bits: 32,
@@ -192,6 +202,7 @@ pub fn images(
         batch,
         returned,
         keep,
+        pinned,
     };
     capsule(py, data, dtype, &shape, keeps)
 }
@@ -281,6 +292,13 @@ pub fn read<T>(
     let (code, bits) = (t.dtype.code, t.dtype.bits);
     if t.dtype.lanes != 1 || (len > 0 && data.is_null()) {
         return Err(PyTypeError::new_err(format!("{what}: unsupported tensor")));
+    }
+    // A slice must be aligned for its element: a tensor viewed at an odd byte offset is not.
+    if len > 0 && !(data as usize).is_multiple_of((bits as usize / 8).max(1)) {
+        return Err(PyValueError::new_err(format!(
+            "{what}: the tensor's data is not aligned for its {bits}-bit elements (call \
+             .contiguous() on a fresh tensor)"
+        )));
     }
     // SAFETY: a contiguous CPU tensor of `len` elements of the checked type at `data`, valid
     // until `_release` runs after `f`.

@@ -72,6 +72,8 @@ struct NativeLoader {
     returned: Arc<Mutex<Vec<Batch>>>,
     /// The most returned buffers kept (the loader's own plus two the caller may still hold).
     keep: usize,
+    /// The buffers the Python side page-locked, by address: always kept (see `pin`).
+    pinned: Arc<Mutex<Vec<usize>>>,
     /// Every image buffer a batch has been handed over in, as (address, bytes).
     buffers: Vec<(usize, usize)>,
     batches_per_epoch: u64,
@@ -110,7 +112,7 @@ impl NativeLoader {
             .condition(condition)
             .map_err(|e| PyValueError::new_err(format!("condition: {file}: {e}")))?;
         let settings = chosen.settings.clone();
-        if settings.pytorch.users_dataset() {
+        if settings.users_dataset().is_some() {
             return Err(PyValueError::new_err(format!(
                 "pytorch.dataset: condition {:?} reads your own Dataset ({}), which only \
                  PyTorch's DataLoader runs; loaderlab.Loader builds the batches of a declared \
@@ -131,6 +133,7 @@ impl NativeLoader {
             keep: cfg.buffers(false) + 2,
             loader: Mutex::new(Some(loader)),
             returned: Arc::default(),
+            pinned: Arc::default(),
             buffers: Vec::new(),
             batch_size: cfg.batch_size,
             images: setup.dataset.len(),
@@ -150,8 +153,17 @@ impl NativeLoader {
             .unwrap_or_default();
         let loader = self.loader()?;
         let built = py.detach(|| loader.next_owned(spare));
-        // Ctrl-C while the batch was awaited: KeyboardInterrupt, here rather than later.
-        py.check_signals()?;
+        // Ctrl-C while the batch was awaited: KeyboardInterrupt, here rather than later; the
+        // batch built meanwhile goes back to the loader's buffers, not dropped.
+        if let Err(interrupted) = py.check_signals() {
+            if let Ok(batch) = built {
+                self.returned
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(batch);
+            }
+            return Err(interrupted);
+        }
         let batch = built.map_err(|e| LoaderError::new_err(e.to_string()))?;
         let buffer = (
             batch.images().as_ptr() as usize,
@@ -164,7 +176,13 @@ impl NativeLoader {
         let fingerprint = format!("{:016x}", batch.fingerprint);
         let labels: Vec<i64> = batch.labels().iter().map(|&l| l as i64).collect();
         let labels = dlpack::labels(py, labels)?;
-        let images = dlpack::images(py, batch, Arc::clone(&self.returned), self.keep)?;
+        let images = dlpack::images(
+            py,
+            batch,
+            Arc::clone(&self.returned),
+            self.keep,
+            Arc::clone(&self.pinned),
+        )?;
         Ok((images, labels, index, epoch, fingerprint))
     }
 
@@ -248,6 +266,26 @@ impl NativeLoader {
     /// tensor from this loader points inside one of them.
     fn buffers(&self) -> Vec<(usize, usize)> {
         self.buffers.clone()
+    }
+
+    /// Record that the Python side page-locked the buffer at `start` (cudaHostRegister): it is
+    /// kept, never freed, until `pinned` has been unregistered and the loader closed.
+    fn pin(&self, start: usize) {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        if !pinned.contains(&start) {
+            pinned.push(start);
+        }
+    }
+
+    /// The page-locked buffers, as (address, bytes), for the Python side to unregister
+    /// (cudaHostUnregister) before `close` frees them.
+    fn pinned(&self) -> Vec<(usize, usize)> {
+        let pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        self.buffers
+            .iter()
+            .copied()
+            .filter(|(start, _)| pinned.contains(start))
+            .collect()
     }
 }
 

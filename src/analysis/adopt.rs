@@ -11,8 +11,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::engines::EngineSwitch;
-use crate::config::{DatasetSection, Engine, Settings};
+use super::stats::Estimate;
+use crate::config::{DatasetSection, EngineKind, Settings};
 use crate::plan::PlanCondition;
 
 /// The user's loader and its replacement, as Python.
@@ -30,23 +30,21 @@ pub struct Adopt {
 
 /// The code, when the baseline runs the pytorch engine on a declared dataset and a native
 /// condition of its group is faster than the DataLoader's best beyond noise (its ratio's 95 %
-/// CI above 1).
+/// CI above 1). `candidates` are native conditions with their ratio to the DataLoader's best,
+/// by preference: the fewest workers that keep up, then the same workers.
 pub fn adopt(
     plan: &[PlanCondition],
     file: &str,
     baseline: &str,
-    switch: &EngineSwitch,
+    candidates: &[(Option<String>, Option<Estimate>)],
 ) -> Option<Adopt> {
     let base = plan.iter().find(|c| c.name == baseline)?;
-    if base.config.loader.engine != Engine::Pytorch || base.config.pytorch.users_dataset() {
+    if base.config.loader.engine != EngineKind::Pytorch || base.config.users_dataset().is_some() {
         return None;
     }
-    let faster = |name: &Option<String>, r: &Option<super::stats::Estimate>| {
-        name.clone().filter(|_| r.is_some_and(|r| r.low > 1.0))
-    };
-    // The fewest workers that keep up, if that is faster; else the same workers.
-    let native = faster(&switch.fewest_native, &switch.fewest_native_ratio)
-        .or_else(|| faster(&switch.native_same_workers, &switch.speedup_same_workers))?;
+    let native = candidates
+        .iter()
+        .find_map(|(name, r)| name.clone().filter(|_| r.is_some_and(|r| r.low > 1.0)))?;
     let native = plan.iter().find(|c| c.name == native)?;
     Some(Adopt {
         yours: base.name.clone(),

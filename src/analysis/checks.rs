@@ -151,7 +151,7 @@ fn data_key(s: &crate::config::Settings) -> String {
     let l = &s.loader;
     // Each engine fingerprints its own batches; a torch DataLoader's random transforms also
     // follow its worker count (each worker seeds its own generator).
-    let pytorch = l.engine == crate::config::Engine::Pytorch;
+    let pytorch = l.engine == crate::config::EngineKind::Pytorch;
     let engine_workers = pytorch.then_some(l.workers);
     // The user's own Dataset and collate_fn are the data (the declared ones do not apply).
     let users = pytorch.then_some((&s.pytorch.dataset, &s.pytorch.collate_fn));

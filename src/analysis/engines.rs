@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::stats::Estimate;
 use super::{ConditionSummary, RunSummary};
-use crate::config::{Engine, Settings};
+use crate::config::{EngineKind, Settings};
 use crate::plan::PlanCondition;
 
 /// The native engine beside the PyTorch DataLoader's best, in the baseline's group.
@@ -74,7 +74,7 @@ pub fn switch(
             .filter(|r| r.condition == name)
             .collect()
     };
-    let of_engine = |engine: Engine| -> Vec<(&PlanCondition, f64)> {
+    let of_engine = |engine: EngineKind| -> Vec<(&PlanCondition, f64)> {
         let mut v: Vec<(&PlanCondition, f64)> = group
             .iter()
             .filter(|c| c.config.loader.engine == engine)
@@ -83,7 +83,10 @@ pub fn switch(
         v.sort_by_key(|(c, _)| c.config.loader.workers);
         v
     };
-    let (pytorch, native) = (of_engine(Engine::Pytorch), of_engine(Engine::Native));
+    let (pytorch, native) = (
+        of_engine(EngineKind::Pytorch),
+        of_engine(EngineKind::Native),
+    );
     if native.is_empty() {
         return None;
     }

@@ -329,7 +329,12 @@ pub fn analyse(raw: &Raw) -> Result<Analysis, AnalysisError> {
     )
     .map(|mut s| {
         let file = &raw.plan.experiment.file;
-        s.adopt = adopt::adopt(&raw.plan.conditions, file, &baseline, &s);
+        // The fewest native workers that keep up, if that is faster; else the same workers.
+        let candidates = [
+            (s.fewest_native.clone(), s.fewest_native_ratio),
+            (s.native_same_workers.clone(), s.speedup_same_workers),
+        ];
+        s.adopt = adopt::adopt(&raw.plan.conditions, file, &baseline, &candidates);
         s
     });
     Ok(Analysis {

@@ -39,14 +39,12 @@ pub(super) fn run(
         conditions.dedup();
         (Some(only_run.to_vec()), Some(conditions))
     };
-    // The pytorch engine's interpreter is checked before any run: without torch and
-    // torchvision nothing would be measured (exit 2, naming the interpreter and the way out).
+    // Each condition's engine is checked before any run (the pytorch engine's interpreter
+    // must import torch and torchvision: else nothing would be measured): exit 2, naming the
+    // interpreter and the way out.
     for c in &exp.conditions {
-        if runner::engine::pytorch::runs(&c.settings) {
-            let python = runner::engine::pytorch::interpreter(&c.settings.pytorch);
-            runner::engine::pytorch::probe(&python)
-                .map_err(|m| Failure::Invalid(format!("{}: {m}", c.name)))?;
-        }
+        runner::engine::child::record(&c.settings)
+            .map_err(|m| Failure::Invalid(format!("{}: {m}", c.name)))?;
     }
     let out = exp.output_dir(g.out.as_deref());
     if !g.quiet {

@@ -50,7 +50,7 @@ choice!(ModelKind: SmallCnn, Cnn, Resnet, Mlp, StandIn);
 choice!(Stem: Imagenet, Cifar);
 choice!(OptimizerKind: Adam, Adamw, Sgd);
 choice!(DeviceKind: Auto, Cpu, Cuda);
-choice!(Engine: Native, Pytorch);
+choice!(EngineKind: Native, Pytorch);
 choice!(RunOrder: Alternate, Fixed, Shuffled);
 choice!(ImageFormat: Svg, Png);
 choice!(PaddingMode: Constant, Edge, Reflect, Symmetric);
@@ -69,7 +69,7 @@ pub fn choices(path: &str) -> Option<Vec<String>> {
         "model.stem" => Stem::words(),
         "optimizer.kind" => OptimizerKind::words(),
         "device.kind" => DeviceKind::words(),
-        "loader.engine" => Engine::words(),
+        "loader.engine" => EngineKind::words(),
         "protocol.order" => RunOrder::words(),
         "report.formats" => ImageFormat::words(),
         "transforms.padding_mode" => PaddingMode::words(),

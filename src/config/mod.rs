@@ -5,6 +5,7 @@
 
 mod choice;
 mod distributed;
+mod engines;
 mod layers;
 mod load;
 mod locate;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// `[pytorch]`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PytorchSection {
     /// The interpreter that runs the DataLoader; empty: `LOADERLAB_PYTHON`, else `python3` on
@@ -26,11 +26,29 @@ pub struct PytorchSection {
     /// With a network on the user's own Dataset: the number of classes its labels count
     /// (0 to classes − 1).
     pub classes: u64,
+    /// A wait for one batch longer than this many seconds ends the run, naming the condition,
+    /// the worker count and the batch (a Dataset whose `__getitem__` never returns).
+    pub stall_s: f64,
+}
+
+impl Default for PytorchSection {
+    fn default() -> Self {
+        PytorchSection {
+            python: String::new(),
+            dataset: String::new(),
+            collate_fn: String::new(),
+            worker_init_fn: String::new(),
+            image_shape: Vec::new(),
+            classes: 0,
+            stall_s: 300.0,
+        }
+    }
 }
 
 impl PytorchSection {
-    /// The user's own Dataset replaces the declared pipeline.
-    pub fn users_dataset(&self) -> bool {
+    /// `dataset` is set (whichever engine the condition names: [`super::Settings::users_dataset`]
+    /// says whether the user's own Dataset replaces the declared pipeline).
+    pub fn names_a_dataset(&self) -> bool {
         !self.dataset.is_empty()
     }
 
@@ -56,6 +74,16 @@ impl PytorchSection {
         .into_iter()
         .filter(|(_, r)| !r.is_empty())
         .collect()
+    }
+}
+
+impl super::Settings {
+    /// The user's own Dataset (`[pytorch] dataset`, `file.py:function`), where the pytorch
+    /// engine runs it in place of the declared `[dataset]` and `[[transforms]]` — the one
+    /// answer to "is this the user's own Dataset?".
+    pub fn users_dataset(&self) -> Option<&str> {
+        (self.loader.engine == super::EngineKind::Pytorch && self.pytorch.names_a_dataset())
+            .then_some(self.pytorch.dataset.as_str())
     }
 }
 

@@ -129,13 +129,13 @@ pub struct LoaderSection {
     pub read_ahead: u64,
     /// Whose loader builds the batches: loaderlab's own, or a torch DataLoader in a Python
     /// child (`[pytorch]`).
-    pub engine: Engine,
+    pub engine: EngineKind,
 }
 
 /// `loader.engine`: whose loader feeds the step.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Engine {
+pub enum EngineKind {
     /// loaderlab's own: worker threads, its decoders and transforms.
     #[default]
     Native,
@@ -155,7 +155,7 @@ impl Default for LoaderSection {
             shuffle: true,
             drop_last: true,
             read_ahead: 1,
-            engine: Engine::Native,
+            engine: EngineKind::Native,
         }
     }
 }

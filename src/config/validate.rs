@@ -3,8 +3,8 @@
 
 use super::problem::KeyPath;
 use super::schema::{
-    DeviceKind, Engine, ExperimentWide, ModelSection, OptimizerKind, OptimizerSection, PageCache,
-    Settings, TransformSpec,
+    ExperimentWide, ModelSection, OptimizerKind, OptimizerSection, PageCache, Settings,
+    TransformSpec,
 };
 use crate::net::{self, ModelInput};
 use crate::shape::ImageShape;
@@ -29,153 +29,8 @@ pub fn check_settings(s: &Settings) -> Vec<(KeyPath, String)> {
     check_loader(s, &mut out);
     check_optimizer(s, &mut out);
     super::distributed::check(s, &mut out);
-    check_engine(s, &mut out);
+    super::engines::check(s, &mut out);
     out
-}
-
-/// What the pytorch engine runs in this version, each refusal naming the key and the engine:
-/// the step on the CPU (a network, or the stand-in's emulated device), several ranks with the
-/// stand-in and no rank of its own differences, emulated
-/// storage read one image at a time per worker, a network on the user's own Dataset only for
-/// the items `[pytorch]` declares; `[pytorch]` references in the `file.py:function` form.
-fn check_engine(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
-    let p = &s.pytorch;
-    for (name, value) in [
-        ("dataset", &p.dataset),
-        ("collate_fn", &p.collate_fn),
-        ("worker_init_fn", &p.worker_init_fn),
-    ] {
-        if !value.is_empty() && !python_reference(value) {
-            out.push((
-                KeyPath::keys(["pytorch", name]),
-                format!(
-                    "expected \"file.py:function\" (the file relative to the experiment file), \
-                     found {value:?}"
-                ),
-            ));
-        }
-    }
-    if s.loader.engine != Engine::Pytorch {
-        return;
-    }
-    let engine = "with loader.engine = \"pytorch\"";
-    let mut refuse = |path: KeyPath, what: String| out.push((path, format!("{what} {engine}")));
-    if s.device.kind == DeviceKind::Cuda {
-        refuse(
-            KeyPath::keys(["device", "kind"]),
-            "the step runs on the CPU in this version (the networks on CUDA and the stand-in's \
-             kernel are not built yet)"
-                .into(),
-        );
-    }
-    if !s.distributed.rank.is_empty() {
-        refuse(
-            KeyPath::keys(["distributed", "rank"]),
-            "a rank's own differences (storage, CPU work) are not run yet".into(),
-        );
-    }
-    if s.distributed.several() && !s.model.is_stand_in() {
-        refuse(
-            KeyPath::keys(["distributed", "ranks"]),
-            "several ranks train a network on GPUs only (one per rank), which this engine does \
-             not run yet; the stand-in step runs a node of ranks on the CPU"
-                .into(),
-        );
-    }
-    let declares_items = !p.image_shape.is_empty() || p.classes != 0;
-    if declares_items && (!p.users_dataset() || s.model.is_stand_in()) {
-        let name = if p.image_shape.is_empty() {
-            "classes"
-        } else {
-            "image_shape"
-        };
-        refuse(
-            KeyPath::keys(["pytorch", name]),
-            "is read only for a network on your own Dataset ([pytorch] dataset and a model.kind \
-             other than \"stand_in\")"
-                .into(),
-        );
-    }
-    if p.users_dataset() {
-        // The declared [dataset] and [[transforms]] do not apply: the user's Dataset is the
-        // pipeline, and a network is built for the items it declares.
-        if s.dataset.storage.emulated() {
-            refuse(
-                KeyPath::keys(["dataset", "storage"]),
-                "emulates the declared [dataset]'s storage, which your own Dataset \
-                 ([pytorch] dataset) replaces: your Dataset reads as it reads"
-                    .into(),
-            );
-        }
-        check_users_items(s, out);
-        return;
-    }
-    for (i, t) in s.transforms.iter().enumerate() {
-        if !t.op().pytorch_twin() {
-            refuse(
-                KeyPath::keys(["transforms"]).index(i).key("op"),
-                format!("{} has no torchvision twin in the child", t.op_name()),
-            );
-        }
-    }
-    if s.dataset.storage.emulated() && s.loader.read_ahead != 1 {
-        refuse(
-            KeyPath::keys(["loader", "read_ahead"]),
-            "a torch DataLoader's worker reads one image at a time (read_ahead = 1)".into(),
-        );
-    }
-}
-
-/// A network on the user's own Dataset: `[pytorch] image_shape` and `classes` say what its
-/// items are, and the network must take them; the stand-in needs neither.
-fn check_users_items(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
-    let p = &s.pytorch;
-    let key = |name: &str| KeyPath::keys(["pytorch", name]);
-    let Some(architecture) = s.model.architecture() else {
-        return;
-    };
-    let shape_ok = matches!(p.image_shape.as_slice(), [c, h, w]
-        if (1..=64).contains(c) && (1..=8192).contains(h) && (1..=8192).contains(w));
-    if !shape_ok {
-        out.push((
-            key("image_shape"),
-            format!(
-                "a network on your own Dataset is built for its image tensors: expected \
-                 [channels, height, width] (1–64 channels, 1–8192 pixels a side), found {:?}",
-                p.image_shape
-            ),
-        ));
-    }
-    if !(2..=100_000).contains(&p.classes) {
-        out.push((
-            key("classes"),
-            format!(
-                "a network on your own Dataset is built for its labels (0 to classes − 1): \
-                 expected 2 to 100000 classes, found {}",
-                p.classes
-            ),
-        ));
-    }
-    if let Some(input) = p.items().filter(|_| shape_ok)
-        && let Err(e) = net::check(&architecture, input)
-    {
-        out.push((
-            KeyPath::keys(["model", e.key]),
-            format!(
-                "{} (the images' size set by pytorch.image_shape, your Dataset's)",
-                e.message
-            ),
-        ));
-    }
-}
-
-/// `file.py:function`: a Python file and a function name.
-fn python_reference(value: &str) -> bool {
-    value.rsplit_once(':').is_some_and(|(file, function)| {
-        file.ends_with(".py")
-            && !function.is_empty()
-            && function.chars().all(|c| c.is_alphanumeric() || c == '_')
-    })
 }
 
 /// Where the dataset's files are read from: emulated storage, read-ahead, the page cache.
@@ -205,6 +60,14 @@ fn check_storage(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
                  found {}",
                 s.loader.read_ahead
             ),
+        );
+    }
+    if s.loader.read_ahead != 1 && !st.emulated() {
+        bad(
+            key("loader", "read_ahead"),
+            "applies to emulated storage's requests ([dataset.storage]): without it no image \
+             waits for storage, so no request is read ahead"
+                .to_string(),
         );
     }
     if s.dataset.page_cache != PageCache::AsIs && !storing.per_file {
@@ -376,7 +239,7 @@ fn check_model(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
     let Some(architecture) = m.architecture() else {
         return;
     };
-    if s.loader.engine == Engine::Pytorch && s.pytorch.users_dataset() {
+    if s.users_dataset().is_some() {
         // The user's Dataset feeds the network: check_users_items checks its items.
         return;
     }

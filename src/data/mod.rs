@@ -12,7 +12,6 @@ mod idx;
 pub mod kinds;
 mod memory;
 pub mod page_cache;
-mod section;
 pub mod storage;
 
 use std::path::PathBuf;
@@ -24,13 +23,11 @@ pub use decode::{EXTENSIONS, decode, decode_region, encode};
 pub use download::{FileSpec, Mirrors};
 pub use idx::{IdxArray, read_idx, write_idx};
 pub use kinds::{
-    CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_SHAPE, DatasetKind, EncodedSynthetic, FASHION_MNIST, IdxFamily,
-    ImageFolder, Kind, MNIST, Storing, Synthetic, ensure_files, unpack_cifar, webdataset,
+    CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_SHAPE, CacheMode, ColorMode, DatasetKind, DatasetSection,
+    EncodedSynthetic, Encoding, FASHION_MNIST, IdxFamily, ImageFolder, Kind, MNIST, OnError,
+    PageCache, Split, StorageSection, Storing, Synthetic, ensure_files, unpack_cifar, webdataset,
 };
 pub use memory::InMemory;
-pub use section::{
-    CacheMode, ColorMode, DatasetSection, Encoding, OnError, PageCache, Split, StorageSection,
-};
 
 /// The part of an image a sample keeps, given the image's shape: the crop of a leading
 /// RandomResizedCrop (`None`: the whole image). See [`Dataset::read_region`].

@@ -96,6 +96,12 @@ impl Batch {
     pub fn images(&self) -> &[f32] {
         &self.images.as_slice()[..self.len * self.shape.len()]
     }
+    /// The images, to write through (a consumer that owns the batch, e.g. a tensor handed
+    /// the buffer without a copy).
+    pub fn images_mut(&mut self) -> &mut [f32] {
+        let n = self.len * self.shape.len();
+        &mut self.images.as_mut_slice()[..n]
+    }
     pub fn labels(&self) -> &[u32] {
         &self.labels[..self.len]
     }

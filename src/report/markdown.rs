@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use super::charts::CHARTS;
 use super::sections::{headroom, model_scale, profiles, search};
-use super::table::{Align, Table};
+use super::table::{Align, Table, speedup_header};
 use super::verdict::{speedup_cell, verdict};
 use crate::analysis::Analysis;
 use crate::format::{ms, pct, rate, ratio};
@@ -106,26 +106,21 @@ fn models(raw: &Raw) -> String {
 /// engine, else one per engine with its conditions, and what the pytorch engine's profiled runs
 /// hold.
 fn engines(raw: &Raw) -> String {
-    const NATIVE: &str = "native: loaderlab's own (worker threads, its decoders and transforms)";
     let mut by: Vec<(String, Vec<&str>)> = Vec::new();
     for c in &raw.meta.conditions {
-        let e = c.engine.clone().unwrap_or_else(|| NATIVE.into());
+        let e = c.engine.describe();
         match by.iter_mut().find(|(d, _)| *d == e) {
             Some((_, names)) => names.push(&c.name),
             None => by.push((e, vec![&c.name])),
         }
     }
-    let pytorch_note = if raw.meta.conditions.iter().any(|c| c.engine.is_some()) {
-        " — the pytorch engine's profiled runs are torch.profiler traces (the step's spans; \
-         their per-operator events dropped); the stage table's clocks run in the process that \
-         builds each batch (each op per image, `read_decode` = the item's fetch less its ops, \
-         the collate per batch, and with workers the `hand_off` from a worker's ready batch, \
-         or the loop's asking for it if later, to the loop holding it); at 0 workers the build per batch, timed on the child's main \
-         thread outside the profiler, feeds the prediction, with workers a worker's own work \
-         per batch"
-    } else {
-        ""
-    };
+    let notes: Vec<&str> = raw
+        .meta
+        .conditions
+        .iter()
+        .filter_map(|c| c.engine.profile_note())
+        .collect();
+    let pytorch_note = notes.first().map_or(String::new(), |n| format!(" — {n}"));
     match by.as_slice() {
         [(e, _)] => format!("{e}{pytorch_note}"),
         _ => {
@@ -239,14 +234,6 @@ fn setup(raw: &Raw) -> String {
         ]);
     }
     format!("## Setup\n\n{}\n", t.render())
-}
-
-/// The header of a speed-up column: against the one baseline, or each group's.
-pub(super) fn speedup_header(a: &Analysis, what: &str, suffix: &str) -> String {
-    match a.comparison_groups().as_slice() {
-        [one] => format!("{what} vs `{}`{suffix}", one.baseline),
-        _ => format!("{what} vs its group's baseline{suffix}"),
-    }
 }
 
 fn results(a: &Analysis) -> String {

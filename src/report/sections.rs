@@ -33,7 +33,7 @@ pub(super) fn headroom(a: &Analysis) -> String {
             Right,
         ),
         (
-            super::markdown::speedup_header(a, "speed-up measured", ""),
+            super::table::speedup_header(a, "speed-up measured", ""),
             Right,
         ),
     ]);

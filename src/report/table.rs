@@ -47,3 +47,11 @@ impl Table {
         out
     }
 }
+
+/// The header of a speed-up column: against the one baseline, or each group's.
+pub(super) fn speedup_header(a: &crate::analysis::Analysis, what: &str, suffix: &str) -> String {
+    match a.comparison_groups().as_slice() {
+        [one] => format!("{what} vs `{}`{suffix}", one.baseline),
+        _ => format!("{what} vs its group's baseline{suffix}"),
+    }
+}

@@ -104,11 +104,12 @@ pub struct ConditionMeta {
     /// classes, 545,098 parameters" (absent in folders written before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// Whose loader built the batches, when not loaderlab's own: the pytorch engine with the
-    /// interpreter and the torch and torchvision versions it imported (absent: the native
-    /// engine).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub engine: Option<String>,
+    /// Whose loader built the batches: loaderlab's own, or the pytorch engine with the
+    /// interpreter and the torch and torchvision versions it imported. (Folders written before
+    /// this record hold the pytorch engine's description as text, or nothing for the native
+    /// engine; both still read.)
+    #[serde(default, deserialize_with = "engine_record")]
+    pub engine: EngineRecord,
     /// The loader's stage clocks over the profiled run (absent without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stages: Option<crate::loader::StageTotals>,
@@ -119,6 +120,94 @@ pub struct ConditionMeta {
     /// the step has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<HostSide>,
+}
+
+/// The engine a condition ran on, as the results record it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EngineRecord {
+    /// loaderlab's own loader: worker threads, its decoders and transforms.
+    #[default]
+    Native,
+    /// A real `torch.utils.data.DataLoader` in a Python child.
+    Pytorch {
+        interpreter: String,
+        python: String,
+        torch: String,
+        torchvision: String,
+    },
+}
+
+impl EngineRecord {
+    /// How the report names it.
+    pub fn describe(&self) -> String {
+        match self {
+            EngineRecord::Native => {
+                "native: loaderlab's own (worker threads, its decoders and transforms)".into()
+            }
+            EngineRecord::Pytorch {
+                interpreter,
+                python,
+                torch,
+                torchvision,
+            } => format!(
+                "pytorch: torch.utils.data.DataLoader (torch {torch}, torchvision {torchvision}, \
+                 Python {python} at {interpreter})"
+            ),
+        }
+    }
+
+    /// Whether it runs the stand-in on an emulated device of its own whatever device `auto`
+    /// would choose (the pytorch engine's child: its step runs on the CPU in this version).
+    pub fn emulates_devices(&self) -> bool {
+        matches!(self, EngineRecord::Pytorch { .. })
+    }
+
+    /// What its profiled run's trace and stage clocks hold, where that differs from the
+    /// native engine's (the report's Setup says it).
+    pub fn profile_note(&self) -> Option<&'static str> {
+        match self {
+            EngineRecord::Native => None,
+            EngineRecord::Pytorch { .. } => Some(
+                "the pytorch engine's profiled runs are torch.profiler traces (the step's spans; \
+                 their per-operator events dropped); the stage table's clocks run in the process \
+                 that builds each batch (each op per image, `read_decode` = the item's fetch less \
+                 its ops, the collate per batch, and with workers the `hand_off` from a worker's \
+                 ready batch, or the loop's asking for it if later, to the loop holding it); at 0 \
+                 workers the build per batch, timed on the child's main thread outside the \
+                 profiler, feeds the prediction, with workers a worker's own work per batch",
+            ),
+        }
+    }
+}
+
+/// An [`EngineRecord`], or the text folders wrote before it: the pytorch engine's description
+/// ("pytorch: torch.utils.data.DataLoader (torch X, torchvision Y, Python Z at P)").
+fn engine_record<'de, D: serde::Deserializer<'de>>(d: D) -> Result<EngineRecord, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        Record(EngineRecord),
+        Text(String),
+        Nothing(()),
+    }
+    Ok(match Stored::deserialize(d)? {
+        Stored::Record(r) => r,
+        Stored::Nothing(()) => EngineRecord::Native,
+        Stored::Text(t) => {
+            let field = |after: &str, until: char| {
+                t.split_once(after)
+                    .map(|(_, rest)| rest.split(until).next().unwrap_or("").to_string())
+                    .unwrap_or_default()
+            };
+            EngineRecord::Pytorch {
+                torch: field("(torch ", ','),
+                torchvision: field("torchvision ", ','),
+                python: field("Python ", ' '),
+                interpreter: field(" at ", ')'),
+            }
+        }
+    })
 }
 
 /// The host's own CPU time per step, on the training thread and its helpers.

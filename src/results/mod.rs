@@ -17,7 +17,9 @@ pub mod search;
 
 pub use environment::Environment;
 pub use folder::{Partial, partial_dir, promote, write_atomic, write_json};
-pub use meta::{ComputeDevice, ConditionMeta, HeadroomRecord, HostSide, RunMeta, TaskInfo};
+pub use meta::{
+    ComputeDevice, ConditionMeta, EngineRecord, HeadroomRecord, HostSide, RunMeta, TaskInfo,
+};
 pub use read::{Raw, bools, f64s, i64s, read_csv, read_json, strs};
 pub use records::{
     CsvAppender, RUN_COLUMNS, RUN_RESOURCE_COLUMNS, RunRecord, STEP_COLUMNS, STEP_RANK_COLUMNS,

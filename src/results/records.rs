@@ -125,6 +125,29 @@ pub struct StepRecord {
     pub sync_ms: f64,
 }
 
+impl StepRecord {
+    /// Step `step` of `planned`'s run before anything is measured: no times, no loss, rank 0.
+    pub fn unmeasured(planned: &crate::plan::PlannedRun, step: usize) -> StepRecord {
+        StepRecord {
+            run: planned.index,
+            condition: planned.condition.clone(),
+            round: planned.round,
+            position: planned.position,
+            step,
+            batch_wait_ms: f64::NAN,
+            h2d_ms: f64::NAN,
+            compute_ms: f64::NAN,
+            step_ms: f64::NAN,
+            loss: f64::NAN,
+            fingerprint: 0,
+            epoch: 0,
+            device_ms: f64::NAN,
+            rank: 0,
+            sync_ms: 0.0,
+        }
+    }
+}
+
 /// One timed run's totals.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRecord {

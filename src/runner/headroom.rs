@@ -25,7 +25,7 @@ pub const HEADROOM_SEGMENTS: u64 = 3;
 
 /// Untimed replayed steps before the timed ones (the model is warm from the timed runs; these
 /// only settle the replay loop itself).
-const HEADROOM_WARMUP: u64 = 3;
+pub const HEADROOM_WARMUP: u64 = 3;
 
 /// Run `steps` headroom steps (a round's share of `protocol.headroom_steps`); `None` when
 /// interrupted before it finished.

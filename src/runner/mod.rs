@@ -10,6 +10,7 @@
 
 pub mod engine;
 mod headroom;
+mod outcome;
 mod profiled;
 pub mod progress;
 mod ranks;
@@ -19,7 +20,7 @@ pub mod setup;
 mod timed;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use progress::{Quiet, Reporter, Terminal, reporter};
@@ -33,7 +34,6 @@ use crate::results::{
     ResultsError, RunMeta, RunRecord, STEPS_CSV, StepRecord, run_header, step_header,
 };
 use crate::trace::{self, TraceError};
-use crate::train::{DeviceStep, HostWork, InitialWeights, StandIn, Trainer};
 
 /// Set by the Ctrl-C handler; the runner stops after the current step.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -175,12 +175,10 @@ pub fn run(
     setups.notices.iter().for_each(|n| reporter.note(n));
 
     let mut out = Outputs::create(partial, reporter)?;
-    let mut trainers = Trainers::new(exp.base.experiment.seed);
     let mut runs = Runs {
         exp,
         opts,
         prepared: &prepared,
-        trainers: &mut trainers,
         metas: &mut metas,
         engines: HashMap::new(),
     };
@@ -197,6 +195,8 @@ pub fn run(
         interrupted = runs.profiled(&out)?;
     }
 
+    // The engines stop here (the pytorch engine's children leave).
+    drop(runs);
     let mut warnings = warnings;
     for w in setups.skipped_images() {
         reporter.warning(&w);
@@ -229,19 +229,35 @@ pub fn run(
     Ok(meta)
 }
 
-/// What the runs of one `run` share: the experiment, the conditions' set-ups, their trainers
+/// What the runs of one `run` share: the experiment, the conditions' set-ups, their engines
 /// and the metadata they fill in.
-struct Runs<'a> {
+struct Runs<'a, 'm> {
     exp: &'a Experiment,
     opts: &'a RunOptions,
     prepared: &'a [Setup],
-    trainers: &'a mut Trainers,
-    metas: &'a mut [ConditionMeta],
-    /// The pytorch engine's children, by condition, started on first use.
-    engines: HashMap<usize, engine::pytorch::Engine>,
+    metas: &'m mut [ConditionMeta],
+    /// Each condition's engine, opened on its first run and kept for its others.
+    engines: HashMap<usize, Box<dyn engine::Engine + 'a>>,
 }
 
-impl Runs<'_> {
+impl<'a> Runs<'a, '_> {
+    /// Condition `i`'s engine, opened on first use.
+    fn engine(&mut self, i: usize) -> Result<&mut (dyn engine::Engine + 'a), RunError> {
+        use std::collections::hash_map::Entry;
+        let (prepared, exp): (&'a [Setup], &'a Experiment) = (self.prepared, self.exp);
+        Ok(match self.engines.entry(i) {
+            Entry::Occupied(e) => e.into_mut().as_mut(),
+            Entry::Vacant(e) => e
+                .insert(engine::open(engine::Opening {
+                    setup: &prepared[i],
+                    condition: &exp.conditions[i].name,
+                    experiment: &exp.file,
+                    seed: exp.base.experiment.seed,
+                })?)
+                .as_mut(),
+        })
+    }
+
     /// The timed runs this process was given, in plan order, each round ending with its
     /// headroom share; true when interrupted.
     fn timed(&mut self, plan: &Plan, out: &mut Outputs) -> Result<bool, RunError> {
@@ -259,31 +275,15 @@ impl Runs<'_> {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 return Ok(true);
             }
-            let setup = &self.prepared[planned.condition_index];
             let protocol = &self.exp.protocol;
             let total = plan.runs.len();
-            let done = if engine::pytorch::runs(setup.settings()) {
-                let index = planned.condition_index;
-                let engine = match child(
-                    &mut self.engines,
-                    index,
-                    setup,
-                    &planned.condition,
-                    &self.exp.file,
-                ) {
-                    Ok(engine) => engine,
-                    // Ctrl-C reached the child while it started.
-                    Err(_) if INTERRUPTED.load(Ordering::SeqCst) => return Ok(true),
-                    Err(err) => return Err(err),
-                };
-                engine.timed(planned, total, protocol, setup, out)?
-            } else if setup.workload.ranks() > 1 {
-                let devices = self.trainers.ranks(planned.condition_index, setup)?;
-                ranks::run(planned, total, protocol, setup, devices, out)?
-            } else {
-                let trainer = self.trainers.get(planned.condition_index, setup)?;
-                timed::run(planned, total, protocol, setup, trainer, out)?
+            let engine = match self.engine(planned.condition_index) {
+                Ok(engine) => engine,
+                // Ctrl-C reached the pytorch engine's child while it started.
+                Err(_) if INTERRUPTED.load(Ordering::SeqCst) => return Ok(true),
+                Err(err) => return Err(err),
             };
+            let done = engine.timed(planned, total, protocol, out)?;
             out.reporter
                 .run_finished(planned, plan.runs.len(), &done.record);
             if done.interrupted {
@@ -306,21 +306,15 @@ impl Runs<'_> {
     /// came out 8–16 % below the timed runs, which had met a faster machine). False when
     /// interrupted.
     fn round_headroom(&mut self, round: usize) -> Result<bool, RunError> {
-        let (exp, opts, prepared) = (self.exp, self.opts, self.prepared);
+        let (exp, opts) = (self.exp, self.opts);
         let (rounds, r) = (exp.protocol.rounds.max(1), round as u64);
-        for (i, c) in exp.conditions.iter().enumerate() {
+        for i in 0..exp.conditions.len() {
             let total = exp.protocol.headroom_steps;
             let steps = total * (r + 1) / rounds - total * r / rounds;
             if !opts.profiles(i) || steps == 0 {
                 continue;
             }
-            let record = if engine::pytorch::runs(prepared[i].settings()) {
-                child(&mut self.engines, i, &prepared[i], &c.name, &exp.file)?
-                    .headroom(&c.name, steps)?
-            } else {
-                let trainer = self.trainers.get(i, &prepared[i])?;
-                headroom::run(&c.name, &prepared[i], trainer, steps)?
-            };
+            let record = self.engine(i)?.headroom(steps)?;
             let Some(record) = record else {
                 return Ok(false);
             };
@@ -334,8 +328,8 @@ impl Runs<'_> {
 
     /// The profiled runs of the conditions this process profiles; true when interrupted.
     fn profiled(&mut self, out: &Outputs) -> Result<bool, RunError> {
-        let profiled = self
-            .exp
+        let exp = self.exp;
+        let profiled = exp
             .conditions
             .iter()
             .enumerate()
@@ -344,20 +338,7 @@ impl Runs<'_> {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 return Ok(true);
             }
-            let protocol = &self.exp.protocol;
-            let done = if engine::pytorch::runs(self.prepared[i].settings()) {
-                let engine = child(
-                    &mut self.engines,
-                    i,
-                    &self.prepared[i],
-                    &c.name,
-                    &self.exp.file,
-                )?;
-                profiled::in_pytorch(&c.name, protocol, engine, out)?
-            } else {
-                let trainer = self.trainers.get(i, &self.prepared[i])?;
-                profiled::run(&c.name, protocol, &self.prepared[i], trainer, out)?
-            };
+            let done = self.engine(i)?.profiled(&exp.protocol, out)?;
             out.reporter.profiled(&c.name, &done.trace);
             self.metas[i].trace = Some(done.trace);
             self.metas[i].profile_startup_ms = Some(done.startup_ms);
@@ -365,22 +346,6 @@ impl Runs<'_> {
         }
         Ok(false)
     }
-}
-
-/// Condition `index`'s pytorch child, started on its first use.
-fn child<'e>(
-    engines: &'e mut HashMap<usize, engine::pytorch::Engine>,
-    index: usize,
-    setup: &Setup,
-    condition: &str,
-    experiment: &Path,
-) -> Result<&'e mut engine::pytorch::Engine, RunError> {
-    Ok(match engines.entry(index) {
-        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::hash_map::Entry::Vacant(e) => e.insert(engine::pytorch::Engine::start(
-            setup, condition, experiment,
-        )?),
-    })
 }
 
 /// Every condition ready to run.
@@ -423,76 +388,6 @@ fn prepare(exp: &Experiment, quiet: bool) -> Result<Prepared, RunError> {
         metas,
         warnings,
     })
-}
-
-/// One device step per condition and rank, made on first use; `reset` before each run
-/// restores the common initial state. Initial weights come from the experiment seed and the
-/// network alone, so conditions with the same model and input start from the same weights.
-struct Trainers {
-    seed: u64,
-    by_condition: HashMap<usize, Vec<DeviceStep>>,
-}
-
-impl Trainers {
-    fn new(seed: u64) -> Self {
-        Trainers {
-            seed,
-            by_condition: HashMap::new(),
-        }
-    }
-
-    /// Rank 0's device step (the only one without `[distributed]`).
-    fn get(&mut self, condition: usize, setup: &Setup) -> Result<&mut DeviceStep, RunError> {
-        Ok(&mut self.ranks(condition, setup)?[0])
-    }
-
-    /// One device step per rank.
-    fn ranks(&mut self, condition: usize, setup: &Setup) -> Result<&mut [DeviceStep], RunError> {
-        use std::collections::hash_map::Entry;
-        Ok(match self.by_condition.entry(condition) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => {
-                let w = &setup.workload;
-                let mut devices = Vec::with_capacity(w.ranks());
-                for rank in 0..w.ranks() {
-                    devices.push(match &w.step {
-                        // Every rank starts from the same weights, as DDP broadcasts rank 0's.
-                        Step::Network(net) => DeviceStep::Model(Box::new(Trainer::new(
-                            InitialWeights::pytorch_default(self.seed, net.clone()),
-                            &setup.settings().optimizer,
-                            setup.device(rank).clone(),
-                        )?)),
-                        Step::StandIn(st) => stand_in(setup, rank, st)?,
-                    });
-                }
-                e.insert(devices)
-            }
-        })
-    }
-}
-
-/// Rank `rank`'s stand-in step: its host side, then its device time (the all-reduce's added)
-/// — on CUDA its kernel on the rank's GPU, elsewhere the emulated device, none when the step
-/// is all host.
-fn stand_in(setup: &Setup, rank: usize, st: &StandInStep) -> Result<DeviceStep, RunError> {
-    let host = HostWork::new(st.host_ms, st.host_threads as usize)?;
-    #[cfg(feature = "cuda")]
-    if setup.workload.device == crate::results::ComputeDevice::Cuda {
-        return Ok(DeviceStep::CudaStandIn(
-            Box::new(crate::train::CudaStandIn::new(
-                setup.device(rank),
-                st.device_ms(),
-            )?),
-            host,
-        ));
-    }
-    let _ = (setup, rank);
-    let device = if st.all_host() {
-        None
-    } else {
-        Some(StandIn::new(st.device_ms())?)
-    };
-    Ok(DeviceStep::StandIn(host, device))
 }
 
 /// What the timings include and exclude, stated in the results.

@@ -1,50 +1,17 @@
 //! A profiled run: its own loader and warm-up, then a short window recorded as a Chrome trace
 //! (and, on CUDA, a GPU track from the device's events). Never part of the speed figures.
 
+use super::outcome::Profiled;
 use super::session::Session;
 use super::setup::Setup;
 use super::{Outputs, RunError};
 use crate::config::ProtocolSection;
-use crate::loader::StageTotals;
 use crate::results::ComputeDevice;
 use crate::results::{TRACES_DIR, trace_file_name};
 use crate::trace::{self, Recording};
 use crate::train::DeviceStep;
 
-/// What a profiled run leaves for `run.json`.
-pub(super) struct Profiled {
-    /// The trace, relative to the results folder.
-    pub trace: String,
-    pub startup_ms: f64,
-    /// The loader's stage clocks over the profiled window.
-    pub stages: Option<StageTotals>,
-}
-
 /// The profiled run of `condition` under the experiment's `protocol`.
-/// The pytorch engine's profiled run: the same steps in its child under torch.profiler, whose
-/// Chrome trace (with the same step spans) lands where the native engine's would.
-pub(super) fn in_pytorch(
-    condition: &str,
-    p: &ProtocolSection,
-    engine: &mut super::engine::pytorch::Engine,
-    out: &Outputs,
-) -> Result<Profiled, RunError> {
-    let file = format!("{TRACES_DIR}/{}", trace_file_name(condition));
-    let path = out.partial.join(&file);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| RunError::Output {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    }
-    let (startup_ms, stages) = engine.profile(condition, p.warmup_steps, p.profile_steps, &path)?;
-    Ok(Profiled {
-        trace: file,
-        startup_ms,
-        stages,
-    })
-}
-
 pub(super) fn run(
     condition: &str,
     p: &ProtocolSection,

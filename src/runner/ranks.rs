@@ -20,10 +20,11 @@ use std::time::Instant;
 
 use indicatif::ProgressBar;
 
+use super::outcome::{Timed, Window, finish};
 use super::resources::{Meter, Used};
 use super::session::Session;
 use super::setup::Setup;
-use super::timed::{Timed, Window, finish, ms, one_step, prepare_page_cache};
+use super::timed::{ms, one_step, prepare_page_cache};
 use super::{INTERRUPTED, Outputs, RunError};
 use crate::config::ProtocolSection;
 use crate::plan::PlannedRun;

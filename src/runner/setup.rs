@@ -15,7 +15,7 @@ use crate::config::{DatasetSection, DeviceKind, Settings};
 use crate::data::{self, DataError, Dataset};
 use crate::loader::{Loader, LoaderConfig, LoaderError, Shard};
 use crate::net::Network;
-use crate::results::{ComputeDevice, ConditionMeta};
+use crate::results::{ComputeDevice, ConditionMeta, EngineRecord};
 use crate::train::{self, ComputePool, DeviceError, ModelInput};
 use crate::transforms::Pipeline;
 
@@ -79,7 +79,11 @@ impl DataSetup {
     /// What the model trains on: the pipeline's output and the dataset's classes.
     pub fn model_input(&self) -> ModelInput {
         // The user's own Dataset declares its items ([pytorch] image_shape, classes).
-        if let Some(items) = users_dataset(&self.settings).and(self.settings.pytorch.items()) {
+        if let Some(items) = self
+            .settings
+            .users_dataset()
+            .and(self.settings.pytorch.items())
+        {
             return items;
         }
         ModelInput {
@@ -235,8 +239,9 @@ pub struct Setup {
     pub pool: Arc<ComputePool>,
     /// What was set on the CUDA device's memory pool, for run.json.
     pub memory_pool: Option<String>,
-    /// The pytorch engine's interpreter and versions (None: the native engine).
-    pub engine: Option<super::engine::pytorch::Versions>,
+    /// The engine that feeds the step, as the results record it (the pytorch engine's
+    /// interpreter and versions probed once here).
+    pub engine: EngineRecord,
 }
 
 impl Setup {
@@ -293,7 +298,7 @@ impl Setup {
             compute_device: self.workload.device,
             cpu_threads: self.threads,
             workers: s.loader.workers,
-            dataset: match users_dataset(s) {
+            dataset: match s.users_dataset() {
                 Some(f) => format!(
                     "your own Dataset, {f} (your code: the declared [dataset] and [[transforms]] \
                      do not apply)"
@@ -311,7 +316,7 @@ impl Setup {
             profile_startup_ms: None,
             memory_pool: self.memory_pool.clone(),
             model: Some(self.workload.name()),
-            engine: self.engine.as_ref().map(|v| v.describe()),
+            engine: self.engine.clone(),
             stages: None,
             headroom: None,
             host: self
@@ -324,13 +329,6 @@ impl Setup {
                 }),
         }
     }
-}
-
-/// The user's own Dataset (`[pytorch] dataset`), where the pytorch engine runs it instead of
-/// the declared pipeline.
-pub fn users_dataset(s: &Settings) -> Option<&str> {
-    (s.loader.engine == crate::config::Engine::Pytorch && s.pytorch.users_dataset())
-        .then_some(s.pytorch.dataset.as_str())
 }
 
 /// The settings a condition's dataset is opened with where the user's own Dataset replaces the
@@ -404,7 +402,7 @@ impl Setups {
 
     pub fn prepare(&mut self, s: &Settings, quiet: bool) -> Result<Setup, SetupError> {
         // Opened once per dataset; each condition puts its own emulated storage in front.
-        let placeholder = users_dataset(s).map(|_| placeholder(s));
+        let placeholder = s.users_dataset().map(|_| placeholder(s));
         let opened = placeholder.as_ref().unwrap_or(s);
         let local_key = DatasetSection {
             storage: Default::default(),
@@ -462,15 +460,16 @@ impl Setups {
             None => Step::StandIn(StandInStep::of(s)),
         };
         // The stand-in step on the CPU is the emulated device; on CUDA, its kernel.
-        // The pytorch engine's child runs the stand-in on its own emulated device, whatever
-        // device `auto` would choose. A stand-in that is all host runs on the CPU's cores,
-        // synchronously, as a CPU job's step: its compute threads are the host side's.
+        // An engine whose child runs the stand-in on its own emulated device (the pytorch
+        // engine's) does so whatever device `auto` would choose. A stand-in that is all host
+        // runs on the CPU's cores, synchronously, as a CPU job's step: its compute threads are
+        // the host side's.
         let stand_in = match &step {
             Step::StandIn(st) => Some(*st),
             Step::Network(_) => None,
         };
         let all_host = stand_in.is_some_and(|st| st.all_host());
-        let emulated = stand_in.is_some() && !all_host && (on_cpu || engine.is_some());
+        let emulated = stand_in.is_some() && !all_host && (on_cpu || engine.emulates_devices());
         let threads = match stand_in {
             Some(st) if all_host => st.host_threads as usize,
             _ => threads,
@@ -563,26 +562,19 @@ impl Setups {
     }
 }
 
-/// The pytorch engine's interpreter and versions for a condition that runs it (None: the
-/// native engine); its networks train on the CPU in this version.
-fn engine_of(
-    s: &Settings,
-    on_cpu: bool,
-) -> Result<Option<super::engine::pytorch::Versions>, SetupError> {
-    if !super::engine::pytorch::runs(s) {
-        return Ok(None);
-    }
-    if !on_cpu && !s.model.is_stand_in() {
+/// The engine a condition runs on, as the results record it: the pytorch engine's interpreter
+/// is probed (it must import torch and torchvision); its networks train on the CPU in this
+/// version.
+fn engine_of(s: &Settings, on_cpu: bool) -> Result<EngineRecord, SetupError> {
+    let record = super::engine::child::record(s).map_err(SetupError::Engine)?;
+    if matches!(record, EngineRecord::Pytorch { .. }) && !on_cpu && !s.model.is_stand_in() {
         return Err(SetupError::Engine(
             "the pytorch engine trains networks on the CPU in this version, and device.kind = \
              \"auto\" chose a GPU: set device.kind = \"cpu\""
                 .into(),
         ));
     }
-    let python = super::engine::pytorch::interpreter(&s.pytorch);
-    super::engine::pytorch::probe(&python)
-        .map(Some)
-        .map_err(SetupError::Engine)
+    Ok(record)
 }
 
 /// The error for a rank without a GPU: which rank, which device, why, and how many GPUs there

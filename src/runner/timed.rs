@@ -6,19 +6,14 @@ use crate::data::page_cache;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::resources::{Meter, Used};
+use super::outcome::{Timed, Window, finish};
+use super::resources::Meter;
 use super::session::Session;
 use super::setup::Setup;
 use super::{INTERRUPTED, Outputs, RunError};
 use crate::plan::PlannedRun;
-use crate::results::{RunRecord, StepRecord};
+use crate::results::StepRecord;
 use crate::train::{DeviceClock, DeviceStep, Loss};
-
-/// The outcome of one timed run.
-pub(super) struct Timed {
-    pub record: RunRecord,
-    pub interrupted: bool,
-}
 
 pub(super) fn ms(a: Instant, b: Instant) -> f64 {
     (b - a).as_secs_f64() * 1e3
@@ -114,55 +109,6 @@ pub(super) fn prepare_page_cache(setup: &Setup) -> f64 {
     page_cache::resident(&files).unwrap_or(f64::NAN)
 }
 
-/// What a timed window measured as a whole.
-pub(super) struct Window {
-    pub startup_ms: f64,
-    pub elapsed_s: f64,
-    /// Images over every rank.
-    pub images: u64,
-    pub interrupted: bool,
-    pub used: Used,
-    pub resident: f64,
-}
-
-/// The run's row of runs.csv, written.
-pub(super) fn finish(
-    planned: &PlannedRun,
-    setup: &Setup,
-    w: Window,
-    out: &mut Outputs,
-) -> Result<Timed, RunError> {
-    let record = RunRecord {
-        run: planned.index,
-        condition: planned.condition.clone(),
-        round: planned.round,
-        position: planned.position,
-        workers: setup.settings().loader.workers,
-        startup_ms: w.startup_ms,
-        elapsed_s: w.elapsed_s,
-        images: w.images,
-        img_per_s: if w.elapsed_s > 0.0 {
-            w.images as f64 / w.elapsed_s
-        } else {
-            0.0
-        },
-        device: setup.device_name.clone(),
-        interrupted: w.interrupted,
-        resources: [
-            w.used.process_cpu_s,
-            w.used.workers_cpu_s,
-            w.used.training_cpu_s,
-            w.used.peak_rss_mib,
-            w.resident,
-        ],
-    };
-    out.run(&record)?;
-    Ok(Timed {
-        record,
-        interrupted: w.interrupted,
-    })
-}
-
 /// One timed step: the batch request, the copy to the device and the training step, each on
 /// the monotonic clock (and marked on the device's clock where it has one).
 pub(super) fn one_step(
@@ -192,28 +138,7 @@ pub(super) fn one_step(
         epoch,
         // Replaced by the device's own figure after the window where it has a clock.
         device_ms: ms(t1, t3),
-        ..row_of(planned, step)
+        ..StepRecord::unmeasured(planned, step)
     };
     Ok((row, loss, n))
-}
-
-/// Step `step` of `planned`'s row before anything is measured: no times, no loss, rank 0.
-pub(super) fn row_of(planned: &PlannedRun, step: usize) -> StepRecord {
-    StepRecord {
-        run: planned.index,
-        condition: planned.condition.clone(),
-        round: planned.round,
-        position: planned.position,
-        step,
-        batch_wait_ms: f64::NAN,
-        h2d_ms: f64::NAN,
-        compute_ms: f64::NAN,
-        step_ms: f64::NAN,
-        loss: f64::NAN,
-        fingerprint: 0,
-        epoch: 0,
-        device_ms: f64::NAN,
-        rank: 0,
-        sync_ms: 0.0,
-    }
 }

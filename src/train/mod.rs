@@ -19,6 +19,7 @@ mod marks;
 mod model;
 mod optim;
 mod pool;
+mod pooling;
 mod stand_in;
 
 pub use clock::DeviceClock;
@@ -28,14 +29,12 @@ pub use device::{
     Chosen, CoreBudget, DeviceError, WorkerCap, asleep_share, cores, cuda_devices, select,
     synchronize,
 };
-pub use host::HostWork;
+pub use host::{HOST_BUFFER, HostWork};
 pub use marks::StepMarks;
-pub use model::{
-    InitialWeights, Layers, Model, ModelInput, RunningStats, fast_cpu_fits, max_pool_2x2,
-    max_pool_3x3_s2,
-};
+pub use model::{InitialWeights, Layers, Model, ModelInput, RunningStats, fast_cpu_fits};
 pub use optim::Optimizer;
 pub use pool::ComputePool;
+pub use pooling::{max_pool_2x2, max_pool_3x3_s2};
 pub use stand_in::{DeviceBatch, QUEUE_DEPTH, StandIn};
 
 use std::sync::Arc;

@@ -32,7 +32,7 @@ impl Optimizer {
             let mut o = Self::unfused(vars, settings);
             o.fused = vars
                 .first()
-                .and_then(|v| super::cuda::optim::Fused::for_device(v.device()));
+                .and_then(|v| super::cuda::optim::Fused::for_device(v.device(), Self::agreement));
             o
         }
         #[cfg(not(feature = "cuda"))]

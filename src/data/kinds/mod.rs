@@ -13,6 +13,7 @@
 mod cifar;
 mod folder;
 mod mnist;
+mod section;
 mod synthetic;
 pub mod webdataset;
 
@@ -23,9 +24,12 @@ use serde::{Deserialize, Serialize};
 pub use cifar::{CIFAR_ARCHIVE, CIFAR_DIR, CIFAR_SHAPE, unpack as unpack_cifar};
 pub use folder::ImageFolder;
 pub use mnist::{FASHION_MNIST, IdxFamily, MNIST, ensure_files};
+pub use section::{
+    CacheMode, ColorMode, DatasetSection, Encoding, OnError, PageCache, Split, StorageSection,
+};
 pub use synthetic::{EncodedSynthetic, Synthetic};
 
-use super::{DataError, Dataset, DatasetSection, ImageShape, Mirrors};
+use super::{DataError, Dataset, ImageShape, Mirrors};
 
 /// What every dataset kind answers, from its `[dataset]` section.
 pub trait Kind: Sync {

@@ -6,18 +6,21 @@
 use std::path::Path;
 
 use super::super::RunError;
-use super::super::setup::{Setup, StandInStep, users_dataset};
-use crate::train::QUEUE_DEPTH;
+use super::super::headroom::{HEADROOM_BATCHES, HEADROOM_SEGMENTS, HEADROOM_WARMUP};
+use super::super::setup::{Setup, StandInStep};
+use super::child::protocol::{ConditionSpec, HeadroomSpec, LoaderSpec, StepSpec, UserCode};
+use crate::train::{HOST_BUFFER, QUEUE_DEPTH};
 
-/// The condition as the child builds it: the dataset over the same bytes as the native engine
-/// reads, the transforms as loaderlab's specs (the child maps each to its torchvision twin),
-/// the loader settings one to one, the stand-in step.
-/// `experiment` is the experiment file, whose folder the `[pytorch]` references are relative to.
+/// The condition as the child builds it ([`ConditionSpec`]): the dataset over the same bytes as
+/// the native engine reads, the transforms as loaderlab's specs (the child maps each to its
+/// torchvision twin), the loader settings one to one, the step, and the constants the Rust side
+/// decides. `experiment` is the experiment file, whose folder the `[pytorch]` references are
+/// relative to.
 pub(super) fn spec(
     setup: &Setup,
     data_dir: &Path,
     experiment: &Path,
-) -> Result<serde_json::Value, RunError> {
+) -> Result<ConditionSpec, RunError> {
     let s = setup.settings();
     let d = &s.dataset;
     let absolute = |reference: &str| {
@@ -27,17 +30,12 @@ pub(super) fn spec(
             .map(|f| format!("{}:{function}", f.display()))
             .unwrap_or_else(|_| reference.to_string())
     };
-    let user = serde_json::json!({
-        "collate_fn": (!s.pytorch.collate_fn.is_empty()).then(|| absolute(&s.pytorch.collate_fn)),
-        "worker_init_fn": (!s.pytorch.worker_init_fn.is_empty())
-            .then(|| absolute(&s.pytorch.worker_init_fn)),
-        "base": "",
-    });
-    let dataset = if users_dataset(s).is_some() {
+    let reference = |r: &str| (!r.is_empty()).then(|| absolute(r));
+    let users = s.users_dataset();
+    let dataset = if let Some(function) = users {
         serde_json::json!({
             "kind": "user",
-            "function": absolute(&s.pytorch.dataset),
-            "base": "",
+            "function": absolute(function),
             // What a network was built for: the child checks item 0 against it.
             "items": s.pytorch.items().filter(|_| setup.workload.network().is_some()).map(|i| {
                 serde_json::json!({
@@ -52,51 +50,63 @@ pub(super) fn spec(
         raw_images(setup, data_dir)?
     };
     let l = &s.loader;
-    Ok(serde_json::json!({
-        "seed": s.experiment.seed,
-        "ranks": setup.workload.ranks(),
-        "dataset": dataset,
-        // The declared dataset's emulated storage, in front of each image read (the user's
-        // own Dataset reads as it reads).
-        "storage": (s.dataset.storage.emulated() && users_dataset(s).is_none())
-            .then_some(&d.storage),
-        "user": user,
-        "transforms": if users_dataset(s).is_some() {
-            serde_json::json!([])
+    Ok(ConditionSpec {
+        seed: s.experiment.seed,
+        ranks: setup.workload.ranks(),
+        dataset,
+        storage: (d.storage.emulated() && users.is_none()).then(|| d.storage.clone()),
+        user: UserCode {
+            collate_fn: reference(&s.pytorch.collate_fn),
+            worker_init_fn: reference(&s.pytorch.worker_init_fn),
+        },
+        // The user's own Dataset is the pipeline: the declared transforms do not apply.
+        transforms: if users.is_some() {
+            Vec::new()
         } else {
-            serde_json::json!(s.transforms)
+            s.transforms.clone()
         },
-        "loader": {
-            "batch_size": l.batch_size,
-            "workers": l.workers,
-            "prefetch_factor": l.prefetch_factor,
-            "persistent_workers": l.persistent_workers,
-            "pin_memory": l.pin_memory,
-            "shuffle": l.shuffle,
-            "drop_last": l.drop_last,
+        loader: LoaderSpec {
+            batch_size: l.batch_size,
+            workers: l.workers,
+            prefetch_factor: l.prefetch_factor,
+            persistent_workers: l.persistent_workers,
+            pin_memory: l.pin_memory,
+            shuffle: l.shuffle,
+            drop_last: l.drop_last,
         },
-        "step": match setup.workload.network() {
-            Some(net) => serde_json::json!({
-                "kind": "network",
-                "layers": net.torch_layers(),
-                "optimizer": s.optimizer,
-                "threads": setup.threads,
-            }),
+        step: match setup.workload.network() {
+            Some(net) => StepSpec::Network {
+                layers: net.torch_layers(),
+                optimizer: s.optimizer.clone(),
+                threads: setup.threads,
+            },
             None => {
                 let st = StandInStep::of(s);
-                serde_json::json!({
-                    "kind": "stand_in",
+                StepSpec::StandIn {
                     // The all-reduce is device time added to every step, as on the native
                     // engine; 0: no device, the step is all host.
-                    "step_ms": st.device_ms(),
-                    "host_ms": st.host_ms,
-                    "host_threads": st.host_threads,
-                    "queue_depth": QUEUE_DEPTH,
-                })
+                    step_ms: st.device_ms(),
+                    host_ms: st.host_ms,
+                    host_threads: st.host_threads,
+                    host_buffer: HOST_BUFFER,
+                    queue_depth: QUEUE_DEPTH,
+                }
             }
         },
-    }))
+        headroom: HeadroomSpec {
+            batches: HEADROOM_BATCHES,
+            segments: HEADROOM_SEGMENTS,
+            warmup: HEADROOM_WARMUP,
+        },
+        fingerprint_sample: FINGERPRINT_SAMPLE,
+        stall_s: s.pytorch.stall_s,
+    })
 }
+
+/// The pytorch engine's batch fingerprint reads this many image values, evenly spaced, and
+/// every label: a full hash of every batch would cost the training thread, inside the timed
+/// window, what a user's loop never spends (tens of ms on a 256×3×224×224 batch).
+pub const FINGERPRINT_SAMPLE: usize = 4096;
 
 /// The native dataset's images and labels written for the child (synthetic images exist only in
 /// memory): encoded ones as their very files (JPEG, PNG) one after another with their offsets,

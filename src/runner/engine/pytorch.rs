@@ -1,8 +1,7 @@
-//! The pytorch engine's Rust side: one Python child per condition, started on the condition's
-//! first run and kept for its others (each run builds a new DataLoader in it, so worker
-//! start-up is measured per run, as the native engine's). The child is
-//! [`pytorch_driver.py`](DRIVER); they speak one JSON object per line, typed by [`Reply`](super::replies)
-//! (`deny_unknown_fields`: a field added on one side only is an error, not a silent default).
+//! The pytorch engine's Rust side: one Python child per condition, started when the condition
+//! opens and kept for its runs (each run builds a new DataLoader in it, so worker start-up is
+//! measured per run, as the native engine's). The child ([`super::child`]) and this side speak
+//! one JSON object per line, typed on both sides ([`super::child::protocol`]).
 //!
 //! Invariant: the child writes nothing in the results folder; its rows reach `steps.csv` and
 //! `runs.csv` through the same writers as the native engine's.
@@ -16,140 +15,22 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::super::outcome::{Profiled, Timed, Window, finish};
 use super::super::resources::Used;
 use super::super::setup::Setup;
-use super::super::timed::{Timed, Window, finish};
+use super::super::timed::prepare_page_cache;
 use super::super::{INTERRUPTED, Outputs, RunError};
-use super::replies::{PROTOCOL, Reply};
-use crate::config::{ProtocolSection, PytorchSection, Settings};
-use crate::loader::StageTotals;
+use super::child::protocol::{ConditionSpec, PROTOCOL, Reply, Request};
+use super::child::{driver_file, interpreter, tail};
+use super::{Engine, Opening};
+use crate::config::ProtocolSection;
 use crate::plan::PlannedRun;
-use crate::results::HeadroomRecord;
-
-/// The child's script: standard library + torch/torchvision.
-pub const DRIVER: &str = include_str!("pytorch_driver.py");
-
-/// loaderlab's networks in PyTorch (shared with `bench step`), written beside the driver.
-const MODEL: &str = include_str!("../../net/pytorch_model.py");
-
-/// The environment variable that names the interpreter when `[pytorch] python` is empty (not a
-/// setting: the `LOADERLAB_*` layer leaves it out).
-pub const PYTHON_VAR: &str = "LOADERLAB_PYTHON";
-
-/// What the interpreter has: the versions result.json records.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Versions {
-    pub interpreter: String,
-    pub python: String,
-    pub torch: String,
-    pub torchvision: String,
-}
-
-impl Versions {
-    /// How the report names the engine.
-    pub fn describe(&self) -> String {
-        format!(
-            "pytorch: torch.utils.data.DataLoader (torch {}, torchvision {}, Python {} at {})",
-            self.torch, self.torchvision, self.python, self.interpreter
-        )
-    }
-}
-
-/// The interpreter a condition's child runs under: `[pytorch] python`, else `LOADERLAB_PYTHON`,
-/// else `python3` on PATH.
-pub fn interpreter(s: &PytorchSection) -> String {
-    if !s.python.is_empty() {
-        return s.python.clone();
-    }
-    std::env::var(PYTHON_VAR)
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "python3".into())
-}
-
-/// Check that `python` runs and imports torch and torchvision (once per interpreter and
-/// process: the import takes seconds); the error says which interpreter was tried, what it
-/// lacked and how to point to another.
-pub fn probe(python: &str) -> Result<Versions, String> {
-    static SEEN: Mutex<Vec<(String, Result<Versions, String>)>> = Mutex::new(Vec::new());
-    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, answer)) = seen.iter().find(|(p, _)| p == python) {
-        return answer.clone();
-    }
-    let answer = ask(python);
-    seen.push((python.to_string(), answer.clone()));
-    answer
-}
-
-fn ask(python: &str) -> Result<Versions, String> {
-    let how = format!(
-        "set [pytorch] python = \"/path/to/python\" (or {PYTHON_VAR}) to an interpreter with torch \
-         and torchvision (pip install torch torchvision)"
-    );
-    let script = driver_file().map_err(|e| format!("cannot write the pytorch driver: {e}"))?;
-    let out = Command::new(python)
-        .arg(&script)
-        .arg("--versions")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot start the Python interpreter {python:?}: {e}; {how}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let reply = text
-        .lines()
-        .next()
-        .and_then(|l| serde_json::from_str::<Reply>(l).ok());
-    match reply {
-        Some(Reply::Ready {
-            protocol,
-            torch,
-            torchvision,
-            python: version,
-        }) if protocol == PROTOCOL => Ok(Versions {
-            interpreter: python.to_string(),
-            python: version,
-            torch,
-            torchvision,
-        }),
-        Some(Reply::Error { message, .. }) => Err(format!(
-            "the Python interpreter {python:?} cannot import torch and torchvision ({message}); \
-             {how}"
-        )),
-        _ => Err(format!(
-            "the Python interpreter {python:?} did not answer as the pytorch driver should \
-             (exit {}, stderr: {}); {how}",
-            out.status,
-            tail(&String::from_utf8_lossy(&out.stderr), 400)
-        )),
-    }
-}
-
-/// The driver, written once per process to a file Python can run (tracebacks then name it).
-fn driver_file() -> std::io::Result<PathBuf> {
-    static FILE: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut file = FILE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = file.as_ref().filter(|p| p.is_file()) {
-        return Ok(p.clone());
-    }
-    let dir = std::env::temp_dir().join(format!("loaderlab-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("pytorch_driver.py");
-    std::fs::write(&path, DRIVER)?;
-    std::fs::write(dir.join("pytorch_model.py"), MODEL)?;
-    *file = Some(path.clone());
-    Ok(path)
-}
-
-/// The end of `text`, at most `n` bytes (on a character boundary).
-fn tail(text: &str, n: usize) -> &str {
-    let mut start = text.len().saturating_sub(n);
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    text[start..].trim()
-}
+use crate::results::{HeadroomRecord, TRACES_DIR, trace_file_name};
 
 /// A condition's child and what it has said.
-pub struct Engine {
+pub(crate) struct Pytorch<'a> {
+    setup: &'a Setup,
+    condition: String,
     child: Child,
     stdin: ChildStdin,
     replies: Receiver<Option<String>>,
@@ -159,12 +40,14 @@ pub struct Engine {
     interrupted_sent: bool,
 }
 
-impl Drop for Engine {
+impl Drop for Pytorch<'_> {
     fn drop(&mut self) {
         // A child that has already ended (Ctrl-C reached it between commands) is not written to:
         // a write to its closed pipe would end this process with SIGPIPE.
         if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = writeln!(self.stdin, "{{\"cmd\": \"quit\"}}");
+            if let Ok(line) = serde_json::to_string(&Request::Quit) {
+                let _ = writeln!(self.stdin, "{line}");
+            }
             let _ = self.stdin.flush();
         }
         // A child that does not leave within a moment is stopped.
@@ -180,10 +63,10 @@ impl Drop for Engine {
     }
 }
 
-impl Engine {
-    /// Start the child for `setup`'s condition and have it build the dataset.
-    /// `experiment` is the experiment file (the `[pytorch]` references are relative to it).
-    pub fn start(setup: &Setup, condition: &str, experiment: &Path) -> Result<Engine, RunError> {
+impl<'a> Pytorch<'a> {
+    /// Start the child for the condition and have it build the dataset.
+    pub(crate) fn open(o: Opening<'a>) -> Result<Self, RunError> {
+        let (setup, condition, experiment) = (o.setup, o.condition, o.experiment);
         let python = interpreter(&setup.settings().pytorch);
         let failed = |message: String| RunError::Engine {
             condition: condition.to_string(),
@@ -228,7 +111,9 @@ impl Engine {
                 }
             }
         });
-        let mut engine = Engine {
+        let mut engine = Pytorch {
+            setup,
+            condition: condition.to_string(),
             child,
             stdin,
             replies,
@@ -240,17 +125,13 @@ impl Engine {
             Reply::Ready { protocol, .. } if protocol == PROTOCOL => {}
             other => return Err(engine.unexpected(condition, "ready", other)),
         }
-        let spec = super::handover::spec(setup, &engine.data_dir, experiment)?;
+        let spec: ConditionSpec = super::handover::spec(setup, &engine.data_dir, experiment)?;
         engine.send(condition, &spec)?;
         match engine.next(condition)? {
             // Both engines read the same images: the same count, or the declared dataset is
             // not what the child found.
             // The user's own Dataset is theirs to size.
-            Reply::Prepared { .. }
-                if super::super::setup::users_dataset(setup.settings()).is_some() =>
-            {
-                Ok(engine)
-            }
+            Reply::Prepared { .. } if setup.settings().users_dataset().is_some() => Ok(engine),
             Reply::Prepared { len } if len == setup.data.dataset.len() as u64 => Ok(engine),
             Reply::Prepared { len } => Err(RunError::Engine {
                 condition: condition.to_string(),
@@ -265,14 +146,18 @@ impl Engine {
         }
     }
 
-    fn send(&mut self, condition: &str, value: &serde_json::Value) -> Result<(), RunError> {
+    fn send(&mut self, condition: &str, value: &impl serde::Serialize) -> Result<(), RunError> {
         if let Ok(Some(status)) = self.child.try_wait() {
             return Err(RunError::Engine {
                 condition: condition.to_string(),
                 message: format!("the Python child ended ({status}){}", self.stderr_tail()),
             });
         }
-        writeln!(self.stdin, "{value}")
+        let line = serde_json::to_string(value).map_err(|e| RunError::Engine {
+            condition: condition.to_string(),
+            message: format!("cannot encode the request: {e}"),
+        })?;
+        writeln!(self.stdin, "{line}")
             .and_then(|_| self.stdin.flush())
             .map_err(|e| RunError::Engine {
                 condition: condition.to_string(),
@@ -338,55 +223,21 @@ impl Engine {
             message,
         }
     }
+}
 
-    /// The profiled run in the child: `steps` steps under torch.profiler after `warmup`, its
-    /// Chrome trace written to `trace`; the time to its first batch, and at 0 workers the
-    /// loader's build time per batch on one thread as stage totals (the whole build, no stage
-    /// split).
-    pub(in crate::runner) fn profile(
-        &mut self,
-        condition: &str,
-        warmup: u64,
-        steps: u64,
-        trace: &Path,
-    ) -> Result<(f64, Option<StageTotals>), RunError> {
-        self.send(
-            condition,
-            &serde_json::json!({"cmd": "profile", "warmup": warmup, "steps": steps, "trace": trace}),
-        )?;
-        match self.next(condition)? {
-            Reply::Profiled(p) => Ok(p.totals()),
-            other => Err(self.unexpected(condition, "profiled", other)),
-        }
-    }
-
-    /// A headroom run in the child (the native engine's rule: the step on batches built once,
-    /// replayed with no loader running); None when interrupted.
-    pub(in crate::runner) fn headroom(
-        &mut self,
-        condition: &str,
-        steps: u64,
-    ) -> Result<Option<HeadroomRecord>, RunError> {
-        self.send(
-            condition,
-            &serde_json::json!({"cmd": "headroom", "steps": steps}),
-        )?;
-        match self.next(condition)? {
-            Reply::Headroom(record) => Ok((!INTERRUPTED.load(Ordering::SeqCst)).then_some(record)),
-            other => Err(self.unexpected(condition, "headroom", other)),
-        }
-    }
-
+impl Engine for Pytorch<'_> {
     /// One timed run in the child: a new DataLoader, its start-up, the warm-up, the timed
-    /// steps (written as they arrive) and the window's totals.
-    pub(in crate::runner) fn timed(
+    /// steps (written as they arrive) and the window's totals. The page cache under the
+    /// declared dataset's files is set first, as the native engine sets it
+    /// (`dataset.page_cache`), and its resident share recorded.
+    fn timed(
         &mut self,
         planned: &PlannedRun,
         total_runs: usize,
         p: &ProtocolSection,
-        setup: &Setup,
         out: &mut Outputs,
     ) -> Result<Timed, RunError> {
+        let setup = self.setup;
         let condition = planned.condition.as_str();
         let bar = out.reporter.progress(p.warmup_steps + p.timed_steps);
         bar.set_message(format!(
@@ -394,9 +245,13 @@ impl Engine {
             planned.index + 1,
             planned.round
         ));
+        let resident = prepare_page_cache(setup);
         self.send(
             condition,
-            &serde_json::json!({"cmd": "run", "warmup": p.warmup_steps, "timed": p.timed_steps}),
+            &Request::Run {
+                warmup: p.warmup_steps,
+                timed: p.timed_steps,
+            },
         )?;
         // Ctrl-C may end the child before it answers (it was importing torch, say): the run
         // then ends interrupted, with the rows it sent.
@@ -407,7 +262,7 @@ impl Engine {
                 images: 0,
                 interrupted: true,
                 used: Used::NONE,
-                resident: f64::NAN,
+                resident,
             };
             finish(planned, setup, window, out)
         };
@@ -424,7 +279,11 @@ impl Engine {
             };
             match reply {
                 Reply::Step(step) => {
-                    out.step(&step.row(planned)?)?;
+                    let row = step.row(planned).map_err(|message| RunError::Engine {
+                        condition: condition.to_string(),
+                        message,
+                    })?;
+                    out.step(&row)?;
                     bar.inc(1);
                 }
                 Reply::Done {
@@ -448,7 +307,7 @@ impl Engine {
                             training_cpu_s,
                             peak_rss_mib,
                         },
-                        resident: f64::NAN,
+                        resident,
                     };
                     return finish(planned, setup, window, out);
                 }
@@ -456,6 +315,51 @@ impl Engine {
                 _ if INTERRUPTED.load(Ordering::SeqCst) => return stopped(out),
                 other => return Err(self.unexpected(condition, "a step or done", other)),
             }
+        }
+    }
+
+    /// A headroom run in the child (the native engine's rule: the step on batches built once,
+    /// replayed with no loader running); None when interrupted.
+    fn headroom(&mut self, steps: u64) -> Result<Option<HeadroomRecord>, RunError> {
+        let condition = self.condition.clone();
+        self.send(&condition, &Request::Headroom { steps })?;
+        match self.next(&condition)? {
+            Reply::Headroom(record) => Ok((!INTERRUPTED.load(Ordering::SeqCst)).then_some(record)),
+            other => Err(self.unexpected(&condition, "headroom", other)),
+        }
+    }
+
+    /// The profiled run in the child: the steps under torch.profiler after the warm-up, its
+    /// Chrome trace (with the same step spans) written where the native engine's would be; the
+    /// time to its first batch, and the child's stage clocks as stage totals.
+    fn profiled(&mut self, p: &ProtocolSection, out: &Outputs) -> Result<Profiled, RunError> {
+        let condition = self.condition.clone();
+        let file = format!("{TRACES_DIR}/{}", trace_file_name(&condition));
+        let trace = out.partial.join(&file);
+        if let Some(dir) = trace.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| RunError::Output {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        self.send(
+            &condition,
+            &Request::Profile {
+                warmup: p.warmup_steps,
+                steps: p.profile_steps,
+                trace,
+            },
+        )?;
+        match self.next(&condition)? {
+            Reply::Profiled(reply) => {
+                let (startup_ms, stages) = reply.totals();
+                Ok(Profiled {
+                    trace: file,
+                    startup_ms,
+                    stages,
+                })
+            }
+            other => Err(self.unexpected(&condition, "profiled", other)),
         }
     }
 }
@@ -467,14 +371,11 @@ fn sanitize(name: &str) -> String {
         .collect()
 }
 
-/// Whether a condition's batches come from the pytorch engine.
-pub fn runs(s: &Settings) -> bool {
-    s.loader.engine == crate::config::Engine::Pytorch
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::child::{TWINS, probe};
     use super::*;
+    use crate::config::PytorchSection;
 
     #[test]
     fn the_interpreter_is_the_setting_then_the_variable_then_python3() {
@@ -491,7 +392,7 @@ mod tests {
     fn the_ops_with_a_twin_are_the_ones_the_child_maps() {
         for t in crate::config::TransformSpec::all() {
             let name = t.op_name();
-            let mapped = DRIVER.contains(&format!("if op == \"{name}\":"));
+            let mapped = TWINS.contains(&format!("\"{name}\":"));
             assert_eq!(t.op().pytorch_twin(), mapped, "{name}");
         }
     }

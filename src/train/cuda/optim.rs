@@ -25,7 +25,10 @@ use super::super::fused::{
 };
 use super::{OncePerDevice, cuda_err, load_kernels};
 use crate::config::{OptimizerKind, OptimizerSection};
-use crate::train::Optimizer;
+
+/// The fused kernel's check: the largest relative difference from candle's path after two
+/// steps of `settings` on parameters of `sizes` on `device`.
+pub type Agreement = fn(&Device, &OptimizerSection, &[usize], &Fused) -> Result<f64>;
 
 /// What a CUDA error from this file names as the part that failed.
 const PART: &str = "fused optimizer";
@@ -63,15 +66,18 @@ pub struct Fused {
 static CHECKED: OncePerDevice<Option<Arc<Fused>>> = OncePerDevice::new();
 
 impl Fused {
-    /// The device's fused kernels, loaded and checked on first use; None off CUDA, or when
-    /// they failed to load or their check (said once, on stderr).
-    pub fn for_device(device: &Device) -> Option<Arc<Fused>> {
+    /// The device's fused kernels, loaded and checked on first use by `agreement` (the
+    /// largest relative difference from candle's path after two steps of the settings on
+    /// parameters of the sizes given: `Optimizer::agreement`, passed in so this file needs no
+    /// optimizer of its own); None off CUDA, or when they failed to load or their check (said
+    /// once, on stderr).
+    pub fn for_device(device: &Device, agreement: Agreement) -> Option<Arc<Fused>> {
         let Device::Cuda(dev) = device else {
             return None;
         };
         CHECKED.get(dev, || {
             Fused::load(device)
-                .and_then(|f| f.check().map(|()| f))
+                .and_then(|f| f.check(agreement).map(|()| f))
                 .map_err(|e| {
                     eprintln!(
                         "note: the fused optimizer kernel is not used on this device ({}); \
@@ -190,7 +196,7 @@ impl Fused {
     /// Two steps of every rule on small tensors (one spans several chunks, one is empty of
     /// remainder), against candle's path on the same device: parameters and buffers must agree
     /// within a few units of f32 rounding.
-    fn check(&self) -> Result<()> {
+    fn check(&self, agreement: Agreement) -> Result<()> {
         let sizes = [1usize, 3 * CHUNK as usize + 17, 300];
         let rules = [
             ("adam", OptimizerKind::Adam, 0.01, 0.0, false),
@@ -213,7 +219,7 @@ impl Fused {
                 nesterov,
                 ..OptimizerSection::default()
             };
-            let worst = Optimizer::agreement(&self.device, &settings, &sizes, self)?;
+            let worst = agreement(&self.device, &settings, &sizes, self)?;
             if worst.is_nan() || worst > 4e-6 {
                 return Err(cuda_err(
                     PART,

@@ -239,7 +239,7 @@ impl CustomOp1 for MaxPoolBack<'_> {
 /// windows on even and odd sides, to the last bit (a maximum is a copy, a gathered gradient a
 /// sum of at most a few copies).
 fn check(device: &Device) -> Result<()> {
-    use super::super::model::{max_pool_2x2, max_pool_3x3_s2};
+    use super::super::pooling::{max_pool_2x2, max_pool_3x3_s2};
     for (window, reference) in [
         (
             Window { k: 2, pad: 0 },

@@ -1,10 +1,10 @@
 //! The `[dataset]` section: which dataset, where it lies, how it is stored and read. Its
-//! types live beside the readers they configure; the experiment's schema
+//! types live beside the kinds they name and the readers they configure; the experiment's schema
 //! ([`crate::config::Settings`]) holds it and re-exports them.
 
 use serde::{Deserialize, Serialize};
 
-pub use super::kinds::DatasetKind;
+use super::DatasetKind;
 
 /// PIL's `convert(mode)` applied to every decoded image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
