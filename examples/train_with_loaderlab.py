@@ -61,7 +61,7 @@ def ours(args):
         dataset=dataset,
         transforms=TRANSFORMS,
         batch_size=args.batch_size,
-        workers=args.workers,
+        num_workers=args.workers,
         shuffle=True,
         drop_last=True,
         seed=args.seed,

@@ -813,3 +813,31 @@ fn not_a_number_is_refused_where_a_range_is_checked() {
     );
     rejects(&text, 14, "transforms[1].std", "expected finite values > 0");
 }
+
+/// `check-transforms` runs torchvision's side in Python: an interpreter without loaderlab and
+/// torchvision is named, with what to install; a bad condition is the file's problem (exit 2).
+#[test]
+fn check_transforms_names_the_interpreter_it_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), BASE);
+    let out = loaderlab()
+        .args(["check-transforms"])
+        .arg(&file)
+        .env("LOADERLAB_PYTHON", "/bin/false")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("/bin/false cannot import loaderlab and torchvision")
+            && stderr.contains("pip install loaderlab torchvision"),
+        "{stderr}"
+    );
+    let out = loaderlab()
+        .args(["check-transforms", "--condition", "nope"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--condition"));
+}

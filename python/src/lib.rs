@@ -18,8 +18,10 @@ use pyo3::prelude::*;
 
 use loaderlab::config::{ConfigError, Overrides, Settings, load, load_str};
 use loaderlab::hash::Fingerprint;
-use loaderlab::loader::{Batch, Loader, LoaderConfig};
+use loaderlab::loader::{Batch, Loader, LoaderConfig, Shard};
 use loaderlab::runner::DataSetup;
+use loaderlab::shape::ImageShape;
+use loaderlab::transforms::{Input, Observe, Pipeline, Scratch, Target};
 
 create_exception!(
     _loaderlab,
@@ -59,26 +61,24 @@ fn main(py: Python<'_>, argv: Vec<String>) -> i32 {
     })
 }
 
-/// A batch as `NativeLoader::next` hands it over: (images, labels, index, epoch, fingerprint).
+/// A batch as `NativePass::next` hands it over: (images, labels, index, epoch, fingerprint).
 type Handed = (Py<PyAny>, Py<PyAny>, u64, u64, String);
 
-/// One condition's batches from our loader, each handed over as a pair of DLPack capsules.
+/// One op of a sample's chain as `NativeLoader::trace` gives it: the op's name, what it drew
+/// (JSON, "null" for an op that draws nothing), and its output pixels (channels, height,
+/// width, planar bytes).
+type Traced = (String, String, Dims, Vec<u8>);
+/// [`NativeLoader::trace`]'s answer: the image as read (its dimensions, its bytes), each op
+/// traced, and the chain's tensor (its dimensions, its bytes).
+type TracedSample = (Dims, Vec<u8>, Vec<Traced>, Dims, Vec<u8>);
+/// Channels, height, width.
+type Dims = (usize, usize, usize);
+
+/// One condition's dataset and transform chain, opened once; each pass over it
+/// ([`NativeLoader::start`]) is a loader of its own, so passes are independent.
 #[pyclass(module = "loaderlab._loaderlab")]
 struct NativeLoader {
-    /// None once closed. (A mutex only to make the class `Sync`, as PyO3 asks: every method
-    /// takes `&mut self`, so it is never locked.)
-    loader: Mutex<Option<Loader>>,
-    /// Buffers whose tensors torch has freed, waiting to be built into again.
-    returned: Arc<Mutex<Vec<Batch>>>,
-    /// The most returned buffers kept (the loader's own plus two the caller may still hold).
-    keep: usize,
-    /// The buffers the Python side page-locked, by address: always kept (see `pin`).
-    pinned: Arc<Mutex<Vec<usize>>>,
-    /// Every image buffer a batch has been handed over in, as (address, bytes).
-    buffers: Vec<(usize, usize)>,
-    batches_per_epoch: u64,
-    batch_size: usize,
-    images: usize,
+    setup: DataSetup,
     /// The condition's resolved settings (shown as TOML by the `settings` getter).
     settings: Settings,
     condition: String,
@@ -87,7 +87,7 @@ struct NativeLoader {
 #[pymethods]
 impl NativeLoader {
     /// Load an experiment (`file`, or `text` named `file`), layer `set` over it as `--set`
-    /// does, and start the loader of `condition` (None: the first).
+    /// does, and open the dataset of `condition` (None: the first).
     #[new]
     #[pyo3(signature = (file, text=None, condition=None, set=Vec::new()))]
     fn new(
@@ -112,117 +112,159 @@ impl NativeLoader {
             .condition(condition)
             .map_err(|e| PyValueError::new_err(format!("condition: {file}: {e}")))?;
         let settings = chosen.settings.clone();
-        if settings.users_dataset().is_some() {
+        // Only what the native engine cannot run is refused: the user's own Dataset.
+        if let Some(dataset) = settings.users_dataset() {
             return Err(PyValueError::new_err(format!(
-                "pytorch.dataset: condition {:?} reads your own Dataset ({}), which only \
+                "pytorch.dataset: condition {:?} reads your own Dataset ({dataset}), which only \
                  PyTorch's DataLoader runs; loaderlab.Loader builds the batches of a declared \
                  [dataset] and [[transforms]]",
-                chosen.name, settings.pytorch.dataset
+                chosen.name
             )));
         }
-        let (setup, loader) = py
-            .detach(|| {
-                let setup = DataSetup::open(&settings, true).map_err(|e| e.to_string())?;
-                let loader = setup.loader().map_err(|e| e.to_string())?;
-                Ok::<_, String>((setup, loader))
-            })
-            .map_err(LoaderError::new_err)?;
-        let cfg = LoaderConfig::from_settings(&settings);
+        let setup = py
+            .detach(|| DataSetup::open(&settings, true))
+            .map_err(|e| LoaderError::new_err(e.to_string()))?;
         Ok(NativeLoader {
-            batches_per_epoch: loader.batches_per_epoch(),
-            keep: cfg.buffers(false) + 2,
-            loader: Mutex::new(Some(loader)),
-            returned: Arc::default(),
-            pinned: Arc::default(),
-            buffers: Vec::new(),
-            batch_size: cfg.batch_size,
-            images: setup.dataset.len(),
+            setup,
             settings,
             condition: chosen.name.clone(),
         })
     }
 
-    /// The next batch: (images, labels, index, epoch, fingerprint), the first two DLPack
-    /// capsules (float32 N×C×H×W and int64 N) that torch.from_dlpack takes without a copy.
-    fn next(&mut self, py: Python<'_>) -> PyResult<Handed> {
-        let spare = self
-            .returned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-            .unwrap_or_default();
-        let loader = self.loader()?;
-        let built = py.detach(|| loader.next_owned(spare));
-        // Ctrl-C while the batch was awaited: KeyboardInterrupt, here rather than later; the
-        // batch built meanwhile goes back to the loader's buffers, not dropped.
-        if let Err(interrupted) = py.check_signals() {
-            if let Ok(batch) = built {
-                self.returned
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(batch);
-            }
-            return Err(interrupted);
+    /// Batches in an epoch of rank `rank` of `ranks` (a DistributedSampler's share).
+    #[pyo3(signature = (rank=0, ranks=1))]
+    fn batches_per_epoch(&self, rank: usize, ranks: usize) -> PyResult<u64> {
+        let cfg = self.config(rank, ranks)?;
+        let share = cfg.shard.len(self.setup.dataset.len(), cfg.drop_last);
+        Ok(if cfg.drop_last {
+            (share / cfg.batch_size) as u64
+        } else {
+            share.div_ceil(cfg.batch_size) as u64
+        })
+    }
+
+    /// A pass over epoch `epoch` of rank `rank` of `ranks`: a loader of its own, started
+    /// there (its workers, its buffers, its cursor), which ends after the epoch's batches.
+    #[pyo3(signature = (epoch, rank=0, ranks=1))]
+    fn start(&self, py: Python<'_>, epoch: u64, rank: usize, ranks: usize) -> PyResult<NativePass> {
+        let empty = self.batches_per_epoch(rank, ranks)? == 0;
+        let cfg = self.config(rank, ranks)?;
+        let keep = cfg.buffers(false) + 2;
+        let batch_size = self.settings.loader.batch_size as usize;
+        // No whole batch with drop_last: a pass of none, as DataLoader's (no workers started).
+        if empty {
+            return Ok(NativePass {
+                loader: Mutex::new(None),
+                left: 0,
+                returned: Arc::default(),
+                keep,
+                pinned: Arc::default(),
+                buffers: Vec::new(),
+                batch_size,
+            });
         }
-        let batch = built.map_err(|e| LoaderError::new_err(e.to_string()))?;
-        let buffer = (
-            batch.images().as_ptr() as usize,
-            self.batch_size * batch.shape.len() * size_of::<f32>(),
+        let (dataset, pipeline) = (
+            Arc::clone(&self.setup.dataset),
+            Arc::clone(&self.setup.pipeline),
         );
-        if !self.buffers.contains(&buffer) {
-            self.buffers.push(buffer);
+        let loader = py
+            .detach(|| {
+                let mut loader = Loader::new(dataset, pipeline, cfg)?;
+                let first = epoch * loader.batches_per_epoch();
+                if first > 0 {
+                    loader.restart_at(first)?;
+                }
+                Ok::<_, loaderlab::loader::LoaderError>(loader)
+            })
+            .map_err(|e| LoaderError::new_err(e.to_string()))?;
+        let left = loader.batches_per_epoch();
+        Ok(NativePass {
+            loader: Mutex::new(Some(loader)),
+            left,
+            returned: Arc::default(),
+            keep,
+            pinned: Arc::default(),
+            buffers: Vec::new(),
+            batch_size,
+        })
+    }
+
+    /// Sample `index` of `epoch` through the chain op by op: its image as read (channels,
+    /// height, width, planar bytes), then each pixel op's name, what it drew and its output,
+    /// and the chain's final tensor (float32, native byte order) with its shape.
+    fn trace(
+        &self,
+        py: Python<'_>,
+        index: usize,
+        epoch: u64,
+    ) -> PyResult<TracedSample> {
+        let dataset = &self.setup.dataset;
+        if index >= dataset.len() {
+            return Err(PyValueError::new_err(format!(
+                "index {index}: the dataset holds {} images",
+                dataset.len()
+            )));
         }
-        let (index, epoch) = (batch.index, batch.epoch);
-        let fingerprint = format!("{:016x}", batch.fingerprint);
-        let labels: Vec<i64> = batch.labels().iter().map(|&l| l as i64).collect();
-        let labels = dlpack::labels(py, labels)?;
-        let images = dlpack::images(
-            py,
-            batch,
-            Arc::clone(&self.returned),
-            self.keep,
-            Arc::clone(&self.pinned),
-        )?;
-        Ok((images, labels, index, epoch, fingerprint))
+        let specs = self.setup.pipeline.specs().to_vec();
+        let seed = self.settings.experiment.seed;
+        py.detach(|| {
+            let mut pixels = Vec::new();
+            let shape = dataset
+                .read_image(index, &mut pixels)
+                .map_err(|e| LoaderError::new_err(e.to_string()))?;
+            let dims = |s: ImageShape| (s.channels, s.height, s.width);
+            let mut steps = Vec::new();
+            let mut drew = 0;
+            for k in 1..=specs.len() {
+                let op = specs[k - 1].op();
+                if op.compile().is_none() {
+                    continue;
+                }
+                let prefix = Pipeline::new(&specs[..k], seed, shape);
+                let mut scratch = Scratch::default();
+                let params = prefix.apply(
+                    Input::new(&pixels, shape, epoch, index as u64),
+                    &mut scratch,
+                    Target::Pixels,
+                    Observe::default(),
+                );
+                let new = params.ops.get(drew).filter(|_| params.ops.len() > drew);
+                let json = match new {
+                    Some(p) => serde_json::to_string(p).unwrap_or_default(),
+                    None => "null".into(),
+                };
+                drew = params.ops.len();
+                steps.push((
+                    specs[k - 1].op_name().to_string(),
+                    json,
+                    dims(scratch.shape()),
+                    scratch.pixels().to_vec(),
+                ));
+            }
+            let full = Pipeline::new(&specs, seed, shape);
+            let out_shape = full.output_shape();
+            let mut tensor = vec![0f32; out_shape.len()];
+            let mut scratch = Scratch::default();
+            full.apply(
+                Input::new(&pixels, shape, epoch, index as u64),
+                &mut scratch,
+                Target::Tensor(&mut tensor),
+                Observe::default(),
+            );
+            let bytes = tensor.iter().flat_map(|v| v.to_ne_bytes()).collect();
+            Ok((dims(shape), pixels, steps, dims(out_shape), bytes))
+        })
     }
 
-    /// The batch the next call of `next` builds, counting across epochs from 0.
-    fn position(&mut self) -> PyResult<u64> {
-        Ok(self.loader()?.position())
-    }
-
-    /// Go on from batch `first` (the first batch of an epoch, for `set_epoch`).
-    fn restart_at(&mut self, py: Python<'_>, first: u64) -> PyResult<()> {
-        let loader = self.loader()?;
-        py.detach(|| loader.restart_at(first))
-            .map_err(|e| LoaderError::new_err(e.to_string()))
-    }
-
-    /// Stop the workers and join them (also on `del` and at interpreter exit). Tensors
-    /// already handed out stay valid: each owns its buffer.
-    fn close(&mut self, py: Python<'_>) {
-        if let Some(loader) = self
-            .loader
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            py.detach(|| drop(loader));
-        }
-        self.returned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-    }
-
+    /// Images in the dataset.
     #[getter]
-    fn batches_per_epoch(&self) -> u64 {
-        self.batches_per_epoch
+    fn dataset_len(&self) -> usize {
+        self.setup.dataset.len()
     }
 
     #[getter]
     fn batch_size(&self) -> usize {
-        self.batch_size
+        self.settings.loader.batch_size as usize
     }
 
     /// `loader.pin_memory`: the Python side page-locks each buffer once, where torch has CUDA.
@@ -231,10 +273,17 @@ impl NativeLoader {
         self.settings.loader.pin_memory
     }
 
-    /// Images in the dataset.
+    /// The experiment's seed (the shuffle order and every random parameter derive from it).
     #[getter]
-    fn dataset_len(&self) -> usize {
-        self.images
+    fn seed(&self) -> u64 {
+        self.settings.experiment.seed
+    }
+
+    /// The condition's `[[transforms]]`, as a JSON list of tables (what `check` replays).
+    #[getter]
+    fn transforms(&self) -> PyResult<String> {
+        serde_json::to_string(&self.settings.transforms)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
     #[getter]
@@ -261,15 +310,130 @@ impl NativeLoader {
         })
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
+}
+
+impl NativeLoader {
+    /// The loader settings for rank `rank` of `ranks`.
+    fn config(&self, rank: usize, ranks: usize) -> PyResult<LoaderConfig> {
+        if ranks == 0 || rank >= ranks {
+            return Err(PyValueError::new_err(format!(
+                "rank {rank} of {ranks}: the rank must be below the number of replicas"
+            )));
+        }
+        let mut cfg = LoaderConfig::from_settings(&self.settings);
+        cfg.shard = Shard { rank, ranks };
+        Ok(cfg)
+    }
+}
+
+/// One pass (one epoch) over a condition's batches, each handed over as a pair of DLPack
+/// capsules; a loader of its own, stopped at the pass's end or on `close`.
+#[pyclass(module = "loaderlab._loaderlab")]
+struct NativePass {
+    /// None once closed. (A mutex only to make the class `Sync`, as PyO3 asks: every method
+    /// takes `&mut self`, so it is never locked.)
+    loader: Mutex<Option<Loader>>,
+    /// Batches left in the pass.
+    left: u64,
+    /// Buffers whose tensors torch has freed, waiting to be built into again.
+    returned: Arc<Mutex<Vec<Batch>>>,
+    /// The most returned buffers kept (the loader's own plus two the caller may still hold).
+    keep: usize,
+    /// The buffers the Python side page-locked, by address: always kept (see `pin`).
+    pinned: Arc<Mutex<Vec<usize>>>,
+    /// Every image buffer a batch has been handed over in, as (address, bytes).
+    buffers: Vec<(usize, usize)>,
+    batch_size: usize,
+}
+
+#[pymethods]
+impl NativePass {
+    /// The next batch: (images, labels, index, epoch, fingerprint), the first two DLPack
+    /// capsules (float32 N×C×H×W and int64 N) that torch.from_dlpack takes without a copy;
+    /// None after the pass's last batch (the workers then stop).
+    fn next(&mut self, py: Python<'_>) -> PyResult<Option<Handed>> {
+        if self.left == 0 {
+            self.close(py);
+            return Ok(None);
+        }
+        let spare = self
+            .returned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_default();
+        let loader = self.loader()?;
+        let built = py.detach(|| loader.next_owned(spare));
+        // Ctrl-C while the batch was awaited: KeyboardInterrupt, here rather than later; the
+        // batch built meanwhile goes back to the loader's buffers, not dropped.
+        if let Err(interrupted) = py.check_signals() {
+            if let Ok(batch) = built {
+                self.returned
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(batch);
+            }
+            return Err(interrupted);
+        }
+        let batch = built.map_err(|e| LoaderError::new_err(e.to_string()))?;
+        self.left -= 1;
+        let buffer = (
+            batch.images().as_ptr() as usize,
+            self.batch_size * batch.shape.len() * size_of::<f32>(),
+        );
+        if !self.buffers.contains(&buffer) {
+            self.buffers.push(buffer);
+        }
+        let (index, epoch) = (batch.index, batch.epoch);
+        let fingerprint = format!("{:016x}", batch.fingerprint);
+        let labels: Vec<i64> = batch.labels().iter().map(|&l| l as i64).collect();
+        let labels = dlpack::labels(py, labels)?;
+        let images = dlpack::images(
+            py,
+            batch,
+            Arc::clone(&self.returned),
+            self.keep,
+            Arc::clone(&self.pinned),
+        )?;
+        Ok(Some((images, labels, index, epoch, fingerprint)))
+    }
+
+    /// Batches left in the pass.
+    #[getter]
+    fn left(&self) -> u64 {
+        self.left
+    }
+
+    /// Stop the workers and join them (also at the pass's end, on `del` and at interpreter
+    /// exit). Tensors already handed out stay valid: each owns its buffer.
+    fn close(&mut self, py: Python<'_>) {
+        if let Some(loader) = self
+            .loader
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            py.detach(|| drop(loader));
+        }
+        self.returned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        // The Python side unregistered them before closing.
+        self.pinned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
 
     /// Every image buffer a batch has been handed over in so far, as (address, bytes): a
-    /// tensor from this loader points inside one of them.
+    /// tensor from this pass points inside one of them.
     fn buffers(&self) -> Vec<(usize, usize)> {
         self.buffers.clone()
     }
 
     /// Record that the Python side page-locked the buffer at `start` (cudaHostRegister): it is
-    /// kept, never freed, until `pinned` has been unregistered and the loader closed.
+    /// kept, never freed, until `pinned` has been unregistered and the pass closed.
     fn pin(&self, start: usize) {
         let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
         if !pinned.contains(&start) {
@@ -289,12 +453,12 @@ impl NativeLoader {
     }
 }
 
-impl NativeLoader {
+impl NativePass {
     fn loader(&mut self) -> PyResult<&mut Loader> {
         let loader = self.loader.get_mut().unwrap_or_else(|p| p.into_inner());
         loader
             .as_mut()
-            .ok_or_else(|| PyValueError::new_err("the loader is closed"))
+            .ok_or_else(|| PyValueError::new_err("the pass is closed"))
     }
 }
 
@@ -326,6 +490,7 @@ fn _loaderlab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint, m)?)?;
     m.add_class::<NativeLoader>()?;
+    m.add_class::<NativePass>()?;
     m.add("LoaderError", m.py().get_type::<LoaderError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -123,7 +123,10 @@ def test_keywords_take_the_files_tables(run):
     loader = loaderlab.Loader(
         dataset={"kind": "synthetic", "synthetic_size": 600},
         batch_size=64,
-        workers=2,
+        num_workers=2,
+        # The command's defaults (DataLoader's are False).
+        shuffle=True,
+        drop_last=True,
         seed=5,
     )
     assert batches(loader, BATCHES)[3:] == timed
@@ -195,7 +198,9 @@ def rss_kb():
 
 
 def test_tensors_share_loaderlab_buffers_and_memory_stays_flat():
-    loader = loaderlab.Loader(dataset={"kind": "synthetic", "synthetic_size": 2048}, batch_size=64, workers=2)
+    loader = loaderlab.Loader(
+        dataset={"kind": "synthetic", "synthetic_size": 2048}, batch_size=64, num_workers=2
+    )
     seen = 0
     before = None
     peak = 0
@@ -221,7 +226,9 @@ def test_tensors_share_loaderlab_buffers_and_memory_stays_flat():
 
 
 def test_a_tensor_kept_keeps_its_batch():
-    loader = loaderlab.Loader(dataset={"kind": "synthetic", "synthetic_size": 640}, batch_size=64, workers=2)
+    loader = loaderlab.Loader(
+        dataset={"kind": "synthetic", "synthetic_size": 640}, batch_size=64, num_workers=2
+    )
     kept = []
     for images, labels in loader:
         kept.append((images, labels, loaderlab.fingerprint(images, labels)))
@@ -234,13 +241,17 @@ def test_a_tensor_kept_keeps_its_batch():
 @pytest.mark.parametrize(
     "kwargs, key, error",
     [
-        ({"workrs": 2}, "loader.workrs", ValueError),
-        ({"workers": -1}, "loader.workers", ValueError),
-        ({"batch_size": "many"}, "loader.batch_size", ValueError),
+        ({"num_workrs": 2}, "unexpected keyword argument 'num_workrs'", TypeError),
+        ({"workers": 2}, "num_workers", TypeError),
+        ({"num_workers": -1}, "num_workers", ValueError),
+        ({"batch_size": "many"}, "batch_size", TypeError),
+        ({"batch_size": 0}, "batch_size", ValueError),
         ({"dataset": {"kind": "nope"}}, "dataset.kind", ValueError),
         ({"transforms": [{"op": "blur"}]}, "transforms", ValueError),
-        ({"prefetch_factor": object()}, "loader.prefetch_factor", TypeError),
-        ({"dataset": ["synthetic"]}, "dataset", TypeError),
+        ({"prefetch_factor": object(), "num_workers": 2}, "prefetch_factor", TypeError),
+        ({"prefetch_factor": 2}, "prefetch_factor", ValueError),
+        ({"shuffle": True, "sampler": [0, 1]}, "mutually exclusive", ValueError),
+        ({"dataset": ["synthetic"]}, "dataset: a list", ValueError),
     ],
 )
 def test_a_bad_argument_names_its_key(kwargs, key, error):
@@ -277,7 +288,7 @@ def test_a_corrupt_image_raises_with_its_path_or_is_skipped(tmp_path, workers):
     settings = dict(
         transforms=[{"op": "resize", "size": [8, 8]}, {"op": "to_tensor"}],
         batch_size=4,
-        workers=workers,
+        num_workers=workers,
         shuffle=False,
     )
     loader = loaderlab.Loader(dataset=dataset, **settings)
@@ -295,7 +306,7 @@ def test_the_gil_is_released_while_a_batch_is_built():
         dataset={"kind": "synthetic", "synthetic_size": 64},
         transforms=[{"op": "cpu_work", "us": 2000}, {"op": "to_tensor"}],
         batch_size=8,
-        workers=0,
+        num_workers=0,
     )
     ticks = 0
     stop = threading.Event()
@@ -338,7 +349,7 @@ before = threads()
 loader = loaderlab.Loader(
     dataset={"kind": "synthetic", "synthetic_size": 4096},
     transforms=[{"op": "cpu_work", "us": 500}, {"op": "to_tensor"}],
-    batch_size=16, workers=2,
+    batch_size=16, num_workers=2,
 )
 print("started", flush=True)
 try:
@@ -388,7 +399,7 @@ def test_an_interpreter_that_exits_mid_pass_stops_the_workers_cleanly():
     script = textwrap.dedent(
         """
         import loaderlab
-        loader = loaderlab.Loader(dataset={"kind": "synthetic", "synthetic_size": 4096}, batch_size=32, workers=2)
+        loader = loaderlab.Loader(dataset={"kind": "synthetic", "synthetic_size": 4096}, batch_size=32, num_workers=2)
         held = [batch for _, batch in zip(range(5), loader)]
         print("leaving", len(held), flush=True)
         """
@@ -415,12 +426,31 @@ def test_the_command_is_the_binarys(run, tmp_path):
     assert subprocess.run([script, "--help"], capture_output=True).returncode == 0
 
 
+def png_folder(root, n=640, classes=4, size=(30, 26)):
+    """`n` PNG images in `classes` class folders, each of its own colours."""
+    from PIL import Image
+
+    rng = torch.Generator().manual_seed(1)
+    for i in range(n):
+        folder = root / f"class{i % classes}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pixels = torch.randint(0, 256, (size[1], size[0], 3), generator=rng, dtype=torch.uint8)
+        Image.fromarray(pixels.numpy()).save(folder / f"{i:04d}.png")
+    return root
+
+
 def test_the_report_gives_the_replacement_as_code_and_it_builds_the_native_batches(tmp_path):
-    # The user's DataLoader (the pytorch engine, the baseline) beside ours at 0 workers: ours
-    # builds the seed's chain tens of times faster, so the report shows the change as code.
+    # The user's DataLoader (the pytorch engine, the baseline) beside ours at 0 workers on an
+    # ImageFolder: ours builds the seed's chain many times faster, so the report shows the change
+    # as code — the same dataset object, one line changed.
+    import torchvision
+    import torchvision.transforms as T
+
+    root = png_folder(tmp_path / "images")
     file = tmp_path / "engines.toml"
     file.write_text(
         EXPERIMENT.replace('"loader.workers" = [0, 2]', '"loader.engine" = ["pytorch", "native"]')
+        .replace('kind = "synthetic"\nsynthetic_size = 600', f'kind = "image_folder"\nroot = "{root}"')
         .replace("timed_steps = 12", "timed_steps = 6")
         .replace("rounds = 1", "rounds = 2")
         + f'\n[pytorch]\npython = "{sys.executable}"\n\n[report]\nbaseline = "engine=pytorch"\n'
@@ -431,6 +461,7 @@ def test_the_report_gives_the_replacement_as_code_and_it_builds_the_native_batch
     code = result["analysis"]["engine_switch"]["adopt"]
     assert code["yours"] == "engine=pytorch" and code["native"] == "engine=native"
     assert code["dataloader"].startswith("loader = torch.utils.data.DataLoader(dataset, batch_size=64,")
+    assert code["loader"].startswith("loader = loaderlab.Loader(dataset, batch_size=64,"), code["loader"]
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## Adopt loaderlab's loader" in report
     assert code["loader"] in report
@@ -442,9 +473,12 @@ def test_the_report_gives_the_replacement_as_code_and_it_builds_the_native_batch
     first = min(int(r["run"]) for r in native)
     want = [r["fingerprint"] for r in sorted(native, key=lambda r: int(r["step"])) if int(r["run"]) == first]
     assert len(want) == 6
+    # The user's own ImageFolder with the seed's Compose, as their code builds it.
+    chain = T.Compose([T.RandomResizedCrop(28, scale=(0.75, 1.0)), T.RandomRotation(15), T.ToTensor()])
+    dataset = torchvision.datasets.ImageFolder(str(root), transform=chain)
     for form in ("loader", "from_experiment"):
         scope = {}
-        exec(code[form], {"loaderlab": loaderlab}, scope)
+        exec(code[form], {"loaderlab": loaderlab, "dataset": dataset}, scope)
         got = [loaderlab.fingerprint(x, y) for x, y in stream(scope["loader"], 9)]
         assert got[3:] == want, form
 

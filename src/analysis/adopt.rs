@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::stats::Estimate;
-use crate::config::{DatasetSection, EngineKind, Settings};
+use crate::config::{DatasetKind, DatasetSection, EngineKind, LoaderSection, Settings};
 use crate::plan::PlanCondition;
 
 /// The user's loader and its replacement, as Python.
@@ -81,38 +81,82 @@ fn dataloader(s: &Settings) -> String {
     format!("loader = torch.utils.data.DataLoader({})", args.join(", "))
 }
 
-/// `loaderlab.Loader(...)` with the condition's dataset (the keys that differ from the
-/// defaults, and always its kind and root), its transforms and loader settings, and the seed.
+/// `loaderlab.Loader(...)` with DataLoader's names: over the same `dataset` object as the
+/// DataLoader line where the dataset is a torchvision one the pytorch engine builds from the
+/// file's keys alone (the one-line change), else over the dict form of `[dataset]` (the keys
+/// that differ from the defaults, and always its kind and root) with the transforms. The seed
+/// makes the batches the native condition's.
 fn loader(s: &Settings) -> String {
     let l = &s.loader;
+    let mut args = vec![
+        format!("batch_size={}", l.batch_size),
+        format!("shuffle={}", py_bool(l.shuffle)),
+        format!("num_workers={}", l.workers),
+    ];
+    // Refused without workers, as DataLoader refuses them.
+    if l.workers > 0 {
+        args.push(format!("prefetch_factor={}", l.prefetch_factor));
+        args.push(format!(
+            "persistent_workers={}",
+            py_bool(l.persistent_workers)
+        ));
+    }
+    args.push(format!("pin_memory={}", py_bool(l.pin_memory)));
+    args.push(format!("drop_last={}", py_bool(l.drop_last)));
+    if l.read_ahead != LoaderSection::default().read_ahead {
+        args.push(format!("read_ahead={}", l.read_ahead));
+    }
+    args.push(format!("seed={}", s.experiment.seed));
+    if torchvisions(&s.dataset) {
+        return format!("loader = loaderlab.Loader(dataset, {})", args.join(", "));
+    }
     let (ours, defaults) = (json(&s.dataset), json(&DatasetSection::default()));
-    let dataset =
-        match (&ours, &defaults) {
-            (Value::Object(ours), Value::Object(defaults)) => dict(ours.iter().filter(|(k, v)| {
-                matches!(k.as_str(), "kind" | "root") || defaults.get(*k) != Some(v)
-            })),
-            _ => "{}".into(),
-        };
+    let dataset = match (&ours, &defaults) {
+        // The kind and root first, as a file writes them.
+        (Value::Object(ours), Value::Object(defaults)) => dict(
+            ["kind", "root"]
+                .into_iter()
+                .filter_map(|k| ours.get_key_value(k))
+                .chain(ours.iter().filter(|(k, v)| {
+                    !matches!(k.as_str(), "kind" | "root") && defaults.get(*k) != Some(v)
+                })),
+        ),
+        _ => "{}".into(),
+    };
     let transforms: Vec<String> = s
         .transforms
         .iter()
         .map(|t| format!("        {},", python(&json(t))))
         .collect();
     format!(
-        "loader = loaderlab.Loader(\n    dataset={},\n    transforms=[\n{}\n    ],\n    \
-         batch_size={}, workers={}, prefetch_factor={}, shuffle={}, drop_last={},\n    \
-         pin_memory={}, persistent_workers={}, seed={},\n)",
+        "loader = loaderlab.Loader(\n    dataset={},\n    transforms=[\n{}\n    ],\n    {},\n)",
         dataset,
         transforms.join("\n"),
-        l.batch_size,
-        l.workers,
-        l.prefetch_factor,
-        py_bool(l.shuffle),
-        py_bool(l.drop_last),
-        py_bool(l.pin_memory),
-        py_bool(l.persistent_workers),
-        s.experiment.seed
+        args.join(", "),
     )
+}
+
+/// Whether the pytorch engine's dataset for `d` is a torchvision dataset object that
+/// `loaderlab.Loader` reads as it stands: MNIST, FashionMNIST, CIFAR10 or an RGB ImageFolder,
+/// with no key of loaderlab's own (storage, cache, a samples list, …) set.
+fn torchvisions(d: &DatasetSection) -> bool {
+    let kinds = [
+        DatasetKind::FashionMnist,
+        DatasetKind::Mnist,
+        DatasetKind::Cifar10,
+        DatasetKind::ImageFolder,
+    ];
+    // The keys the object carries, set to the defaults: the rest must be the defaults too.
+    let bare = DatasetSection {
+        kind: d.kind,
+        root: d.root.clone(),
+        split: d.split,
+        download: d.download,
+        mirrors: d.mirrors.clone(),
+        page_cache: d.page_cache,
+        ..DatasetSection::default()
+    };
+    kinds.contains(&d.kind) && json(d) == json(&bare)
 }
 
 fn json(v: &impl Serialize) -> Value {
@@ -158,6 +202,7 @@ fn dict<'a>(items: impl IntoIterator<Item = (&'a String, &'a Value)>) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::CacheMode;
 
     #[test]
     fn the_dataloader_and_its_replacement_carry_the_same_settings() {
@@ -175,9 +220,28 @@ mod tests {
         );
         s.loader.workers = 0;
         assert!(!dataloader(&s).contains("prefetch_factor"));
+        // FashionMNIST from its root: the same object, one line changed.
+        assert_eq!(
+            loader(&s),
+            "loader = loaderlab.Loader(dataset, batch_size=128, shuffle=True, num_workers=0, \
+             pin_memory=True, drop_last=True, seed=9)"
+        );
+        s.loader.workers = 3;
+        s.loader.read_ahead = 4;
+        assert!(
+            loader(&s).contains("num_workers=3, prefetch_factor=2, persistent_workers=True,"),
+            "{}",
+            loader(&s)
+        );
+        assert!(loader(&s).contains("read_ahead=4, seed=9)"));
+        // Synthetic images, or a key of loaderlab's own: the dict form, DataLoader's names.
+        s.loader.workers = 0;
+        s.dataset.cache = CacheMode::Decoded;
         let l = loader(&s);
         assert!(
-            l.contains(r#"dataset={"kind": "fashion_mnist", "root": "my \"data\""}"#),
+            l.contains(
+                r#"dataset={"kind": "fashion_mnist", "root": "my \"data\"", "cache": "decoded"}"#
+            ),
             "{l}"
         );
         assert!(l.contains(r#"{"op": "to_tensor"}"#), "{l}");
@@ -185,9 +249,14 @@ mod tests {
             l.contains(r#"{"op": "random_rotation", "degrees": 15.0"#),
             "{l}"
         );
-        assert!(l.contains("batch_size=128, workers=0,"), "{l}");
-        assert!(l.contains("seed=9,"), "{l}");
+        assert!(
+            l.contains("batch_size=128, shuffle=True, num_workers=0,"),
+            "{l}"
+        );
+        assert!(l.contains("seed=9,\n)"), "{l}");
         // Only the keys that differ from the defaults, besides the kind and root.
+        s.dataset.kind = DatasetKind::Synthetic;
+        s.dataset.cache = DatasetSection::default().cache;
         s.dataset.synthetic_size = 600;
         assert!(loader(&s).contains(r#""synthetic_size": 600"#));
         assert!(!loader(&s).contains("synthetic_classes"));

@@ -2,6 +2,7 @@
 //! mapping from failure to exit status ([`exit`]). `main` parses, calls [`run`], exits.
 
 mod bench;
+mod check_transforms;
 mod compare;
 mod diagnose;
 mod exit;
@@ -102,6 +103,19 @@ enum Command {
         #[arg(long, default_value_t = 16)]
         n: usize,
         /// Condition whose settings to use (default: the first).
+        #[arg(long)]
+        condition: Option<String>,
+    },
+    /// Prove a condition's chain on its dataset: each op against torchvision's functional form
+    /// of it, with the parameters loaderlab drew, on N images; exit 1 naming any op that
+    /// differs. Runs in Python (`pip install loaderlab torchvision` in [pytorch] python).
+    CheckTransforms {
+        #[arg(value_name = "EXPERIMENT.toml")]
+        experiment: PathBuf,
+        /// Number of images checked, spread over the dataset.
+        #[arg(short, default_value_t = 64)]
+        n: usize,
+        /// Condition whose chain to check (default: the first).
         #[arg(long)]
         condition: Option<String>,
     },
@@ -224,6 +238,13 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
             n,
             condition,
         } => preview::preview(&experiment, &overrides, g, n, condition.as_deref()),
+        Command::CheckTransforms {
+            experiment,
+            n,
+            condition,
+        } => {
+            check_transforms::check_transforms(&experiment, &overrides, g, n, condition.as_deref())
+        }
         Command::Bench(args) => bench::bench(&args, &overrides, g),
         Command::Tune(args) => tune::tune(&args, &overrides, g),
         Command::Slurm(args) => slurm::slurm(&args, &overrides, g),

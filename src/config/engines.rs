@@ -163,6 +163,14 @@ fn pytorch(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
                 .into(),
         );
     }
+    if !s.dataset.samples.is_empty() {
+        refuse(
+            KeyPath::keys(["dataset", "samples"]),
+            "lists a folder dataset's samples for loaderlab's reader; the child's ImageFolder \
+             walks dataset.root"
+                .into(),
+        );
+    }
     if s.dataset.on_error == OnError::Skip {
         refuse(
             KeyPath::keys(["dataset", "on_error"]),
@@ -371,6 +379,12 @@ mod tests {
             "dataset.kind = 'synthetic'\ndataset.channels = 3",
             Uses,
             Uses,
+        ),
+        (
+            "dataset.samples",
+            "dataset.kind = 'image_folder'\ndataset.root = 'images'\ndataset.samples = 'samples.json'",
+            Uses,
+            Refuses,
         ),
         (
             "dataset.shards",

@@ -92,6 +92,12 @@ fn check_dataset(s: &Settings, out: &mut Vec<(KeyPath, String)>) {
         .check(&s.dataset, &mut |name, message| {
             bad(key("dataset", name), message)
         });
+    if !s.dataset.samples.is_empty() && s.dataset.kind != crate::data::DatasetKind::ImageFolder {
+        bad(
+            key("dataset", "samples"),
+            "is read only by kind = \"image_folder\" (a folder dataset's samples list)".into(),
+        );
+    }
     let downloads = s.dataset.kind.spec().downloads();
     if downloads && s.dataset.download {
         for (i, m) in s.dataset.mirrors.iter().enumerate() {

@@ -136,12 +136,24 @@ pub fn adopt(a: &Analysis) -> String {
     let Some(code) = a.engine_switch.as_ref().and_then(|s| s.adopt.as_ref()) else {
         return String::new();
     };
+    // The one-line form takes the DataLoader's own dataset object.
+    let object = if code
+        .loader
+        .starts_with("loader = loaderlab.Loader(dataset,")
+    {
+        " over the same `dataset` object (your torchvision dataset; its transform is translated \
+         op by op into loaderlab's, and `loader.check()` compares each op with torchvision's on \
+         your images)"
+    } else {
+        ""
+    };
     format!(
         "## Adopt loaderlab's loader\n\n\
-         Your DataLoader, as `{yours}` ran it, and loaderlab's loader with the same dataset, \
-         transforms and loader settings at the workers of `{native}` (`pip install loaderlab`; \
-         the batches are those of `{native}`, fingerprint for fingerprint; each comes as \
-         float32 N×C×H×W and int64 tensors, handed to torch without a copy):\n\n\
+         Your DataLoader, as `{yours}` ran it, and loaderlab's loader{object} with the same \
+         dataset, transforms and DataLoader arguments at the workers of `{native}` \
+         (`pip install loaderlab`; with this seed the batches are those of `{native}`, \
+         fingerprint for fingerprint; each comes as float32 N×C×H×W and int64 tensors, handed \
+         to torch without a copy):\n\n\
          ```python\n# yours\n{dataloader}\n\n# loaderlab's\nimport loaderlab\n\n{loader}\n\n\
          # or the same, read from this experiment file\n{from_experiment}\n```\n\n",
         yours = code.yours,

@@ -89,6 +89,11 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// The shape of the last sample's pixels after the pixel ops.
+    pub fn shape(&self) -> ImageShape {
+        self.shape
+    }
+
     /// The last sample's 8-bit pixels after the pixel ops (planar).
     pub fn pixels(&self) -> &[u8] {
         &self.a[..self.shape.len()]

@@ -38,6 +38,15 @@ impl Kind for ImageFolderKind {
         _mirrors: &Mirrors,
     ) -> Result<Arc<dyn Dataset>, DataError> {
         let root = Path::new(&d.root);
+        if !d.samples.is_empty() {
+            return Ok(Arc::new(ImageFolder::listed(
+                root,
+                Path::new(&d.samples),
+                d.mode,
+                d.cache,
+                d.on_error,
+            )?));
+        }
         Ok(Arc::new(ImageFolder::open(
             root, d.mode, d.cache, d.on_error,
         )?))
@@ -213,7 +222,79 @@ fn list_samples(root: &Path, classes: &[String]) -> Result<Vec<(PathBuf, u8)>, D
     Ok(samples)
 }
 
+/// A samples list (`dataset.samples`): a torchvision folder dataset's own `classes` and
+/// `samples`.
+#[derive(serde::Deserialize)]
+struct Listed {
+    classes: Vec<String>,
+    samples: Vec<(PathBuf, u64)>,
+}
+
 impl ImageFolder {
+    /// The samples `list` names (`dataset.samples`), in its order, with its classes; paths
+    /// relative to `root`. A missing file, a label past the classes or more than 256 classes
+    /// is an error naming the list.
+    pub fn listed(
+        root: &Path,
+        list: &Path,
+        mode: ColorMode,
+        cache: CacheMode,
+        on_error: OnError,
+    ) -> Result<Self, DataError> {
+        let text = std::fs::read_to_string(list).map_err(io(list))?;
+        let bad = |what: String| DataError::Mismatch(format!("{}: {what}", list.display()));
+        let listed: Listed = serde_json::from_str(&text).map_err(|e| {
+            bad(format!(
+                "not a samples list ({{\"classes\": [...], \"samples\": [[path, label], ...]}}): {e}"
+            ))
+        })?;
+        if listed.classes.is_empty() || listed.classes.len() > 256 {
+            return Err(bad(format!(
+                "{} classes; 1 to 256 are supported",
+                listed.classes.len()
+            )));
+        }
+        if listed.samples.is_empty() {
+            return Err(bad("no samples".into()));
+        }
+        let mut samples = Vec::with_capacity(listed.samples.len());
+        for (path, label) in listed.samples {
+            let path = root.join(path);
+            if label >= listed.classes.len() as u64 {
+                return Err(bad(format!(
+                    "{} has label {label}, past its {} classes",
+                    path.display(),
+                    listed.classes.len()
+                )));
+            }
+            if !EXTENSIONS.contains(&extension(&path).as_str()) {
+                return Err(bad(format!(
+                    "{}: this build decodes .{} only",
+                    path.display(),
+                    EXTENSIONS.join(" .")
+                )));
+            }
+            samples.push((path, label as u8));
+        }
+        let encoded = match cache {
+            CacheMode::Encoded => Some(
+                samples
+                    .iter()
+                    .map(|(p, _)| std::fs::read(p).map_err(io(p)))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            CacheMode::None | CacheMode::Decoded => None,
+        };
+        let files = FolderFiles {
+            root: root.to_path_buf(),
+            classes: listed.classes,
+            samples,
+            cache,
+            encoded,
+        };
+        EncodedImages::new(files, mode, on_error, cache == CacheMode::Decoded)
+    }
+
     pub fn open(
         root: &Path,
         mode: ColorMode,

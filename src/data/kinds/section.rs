@@ -121,6 +121,11 @@ pub struct DatasetSection {
     /// WebDataset: samples in the seeded shuffle buffer (with `loader.shuffle`; 0 or 1: the
     /// shards' order only).
     pub shuffle_buffer: u64,
+    /// Image folder: a JSON file listing the samples in place of the folder's walk —
+    /// `{"classes": [names…], "samples": [[path, label], …]}`, a torchvision `ImageFolder`'s or
+    /// `DatasetFolder`'s own `classes` and `samples` (paths absolute or relative to `root`).
+    /// Empty: the folder is walked as torchvision walks it.
+    pub samples: String,
 }
 
 /// `[dataset.storage]`: every read waits `latency_ms`, then its bytes over `bandwidth_mb_s`
@@ -163,6 +168,7 @@ impl Default for DatasetSection {
             storage: StorageSection::default(),
             shards: Vec::new(),
             shuffle_buffer: 1000,
+            samples: String::new(),
         }
     }
 }
