@@ -4,6 +4,8 @@
   `Loader(your_torchvision_dataset, batch_size=64, shuffle=True, num_workers=8)` reads your
   dataset's files and runs your Compose op by op as loaderlab's chain (`loader.check()` proves
   the translation on your own images);
+- `loaderlab.watch`: every step of your own training loop and the stages inside your loader,
+  into a results folder `loaderlab report` reads;
 - `loaderlab.fingerprint`: the batch fingerprint of steps.csv;
 - the `loaderlab` command itself (`python -m loaderlab`).
 """
@@ -18,8 +20,18 @@ from ._loaderlab import fingerprint as _fingerprint
 from .check import CheckReport
 from .loader import Loader, _open
 from .translate import TranslationError
+from .watch import Watch, watch
 
-__all__ = ["CheckReport", "Loader", "LoaderError", "TranslationError", "__version__", "fingerprint"]
+__all__ = [
+    "CheckReport",
+    "Loader",
+    "LoaderError",
+    "TranslationError",
+    "Watch",
+    "__version__",
+    "fingerprint",
+    "watch",
+]
 
 
 @atexit.register

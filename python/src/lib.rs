@@ -7,6 +7,7 @@
 //! The GIL is released while a batch is built or awaited, and while the workers are joined.
 
 mod dlpack;
+mod watch;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -161,6 +162,7 @@ impl NativeLoader {
                 pinned: Arc::default(),
                 buffers: Vec::new(),
                 batch_size,
+                clocked: None,
             });
         }
         let (dataset, pipeline) = (
@@ -186,18 +188,14 @@ impl NativeLoader {
             pinned: Arc::default(),
             buffers: Vec::new(),
             batch_size,
+            clocked: None,
         })
     }
 
     /// Sample `index` of `epoch` through the chain op by op: its image as read (channels,
     /// height, width, planar bytes), then each pixel op's name, what it drew and its output,
     /// and the chain's final tensor (float32, native byte order) with its shape.
-    fn trace(
-        &self,
-        py: Python<'_>,
-        index: usize,
-        epoch: u64,
-    ) -> PyResult<TracedSample> {
+    fn trace(&self, py: Python<'_>, index: usize, epoch: u64) -> PyResult<TracedSample> {
         let dataset = &self.setup.dataset;
         if index >= dataset.len() {
             return Err(PyValueError::new_err(format!(
@@ -344,10 +342,29 @@ struct NativePass {
     /// Every image buffer a batch has been handed over in, as (address, bytes).
     buffers: Vec<(usize, usize)>,
     batch_size: usize,
+    /// The stage clocks as the pass closed (a watched pass).
+    clocked: Option<loaderlab::loader::StageTotals>,
 }
 
 #[pymethods]
 impl NativePass {
+    /// Run the loader's stage clocks (one image in 8 timed op by op, every batch's build), for
+    /// `loaderlab.watch`.
+    fn clock_stages(&mut self, on: bool) {
+        if let Ok(loader) = self.loader() {
+            loader.clock_stages(on);
+        }
+    }
+
+    /// What the stage clocks measured so far in this pass (JSON), as it closed if closed.
+    fn stage_totals(&mut self) -> PyResult<String> {
+        let totals = match self.loader() {
+            Ok(loader) => loader.stage_totals(),
+            Err(_) => self.clocked.clone().unwrap_or_default(),
+        };
+        serde_json::to_string(&totals).map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
     /// The next batch: (images, labels, index, epoch, fingerprint), the first two DLPack
     /// capsules (float32 N×C×H×W and int64 N) that torch.from_dlpack takes without a copy;
     /// None after the pass's last batch (the workers then stop).
@@ -413,6 +430,7 @@ impl NativePass {
             .unwrap_or_else(|p| p.into_inner())
             .take()
         {
+            self.clocked = Some(loader.stage_totals());
             py.detach(|| drop(loader));
         }
         self.returned
@@ -491,6 +509,9 @@ fn _loaderlab(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprint, m)?)?;
     m.add_class::<NativeLoader>()?;
     m.add_class::<NativePass>()?;
+    m.add_class::<watch::Recorder>()?;
+    m.add_function(wrap_pyfunction!(watch::complete, m)?)?;
+    m.add_function(wrap_pyfunction!(watch::add_stage_totals, m)?)?;
     m.add("LoaderError", m.py().get_type::<LoaderError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

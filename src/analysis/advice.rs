@@ -106,6 +106,9 @@ pub struct WorkerPrediction {
     /// the previous step (see [`workers_wanted`]).
     #[serde(default)]
     pub queued: bool,
+    /// From a watched job: the stage clocks of its whole run, and its step between batches.
+    #[serde(default)]
+    pub watched: bool,
 }
 
 /// Two conditions' settings are equal but for `loader.workers`.
@@ -129,16 +132,24 @@ pub fn predict(
         .iter()
         .filter(|c| same_but_workers(&base.config, &c.config))
         .collect();
+    // A watched job's step between batches is its step with data free (no headroom run).
+    let watched = |name: &str| {
+        meta.condition(name)
+            .is_some_and(|c| matches!(c.engine, crate::results::EngineRecord::Watched { .. }))
+    };
     let from = family
         .iter()
         .filter(|c| {
             summaries
                 .iter()
-                .any(|s| s.condition == c.name && s.headroom.is_some())
+                .any(|s| s.condition == c.name && (s.headroom.is_some() || watched(&c.name)))
         })
         .min_by_key(|c| c.config.loader.workers)?;
     let summary = summaries.iter().find(|s| s.condition == from.name)?;
-    let step_ms = summary.headroom.as_ref()?.step_ms;
+    let step_ms = match &summary.headroom {
+        Some(h) => h.step_ms,
+        None => summary.compute_median_ms,
+    };
     // The build timed by the stage clocks; folders without them: the build_batch span.
     let profile = profiles.iter().find(|p| p.condition == from.name)?;
     let loader_ms_per_batch = if profile.build_ms.is_finite() {
@@ -203,6 +214,7 @@ pub fn predict(
         storage_share,
         off_cpu_share,
         queued,
+        watched: watched(&from.name),
     })
 }
 

@@ -175,10 +175,17 @@ pub(super) fn profile_summaries(raw: &Raw) -> Vec<ProfileSummary> {
         .conditions
         .iter()
         .filter_map(|c| {
-            let file = c.trace.clone()?;
-            let path = raw.dir.join(&file);
-            let bytes = std::fs::metadata(&path).ok()?.len();
-            let (window_ms, rows) = summarise_trace(&path).ok()?;
+            // A watched job has stage clocks from its whole run and no trace.
+            let watched = c.trace.is_none() && c.stages.is_some();
+            let (file, bytes, window_ms, rows) = if watched {
+                (String::new(), 0, f64::NAN, Vec::new())
+            } else {
+                let file = c.trace.clone()?;
+                let path = raw.dir.join(&file);
+                let bytes = std::fs::metadata(&path).ok()?.len();
+                let (window_ms, rows) = summarise_trace(&path).ok()?;
+                (file, bytes, window_ms, rows)
+            };
             let batch_size = raw
                 .plan
                 .conditions

@@ -12,7 +12,8 @@ use crate::results::write_atomic;
 
 #[derive(Args)]
 pub struct DiagnoseArgs {
-    /// A torch.profiler Chrome trace (.json or .json.gz), or a folder of them (one per rank).
+    /// A torch.profiler Chrome trace (.json or .json.gz), a folder of them (one per rank), or
+    /// a watched job's folder (`loaderlab.watch`).
     #[arg(value_name = "TRACE")]
     trace: PathBuf,
     /// The span that takes a batch, when it is neither `batch_wait` (record_function) nor
@@ -22,6 +23,13 @@ pub struct DiagnoseArgs {
     /// Also write a stand-in experiment with the trace's step time, ready to edit and run.
     #[arg(long, value_name = "FILE.toml")]
     emit: Option<PathBuf>,
+}
+
+impl DiagnoseArgs {
+    /// The trace, folder of traces or watched folder.
+    pub(super) fn trace(&self) -> &Path {
+        &self.trace
+    }
 }
 
 pub(super) fn diagnose(args: &DiagnoseArgs, g: &Global) -> Result<(), Failure> {

@@ -18,7 +18,7 @@ mod tune;
 mod validate;
 mod verify;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -225,14 +225,24 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Plan { file, format } => {
             plan::plan(&file, &overrides, matches!(format, Format::Json))
         }
-        Command::Report { dir } => report::report(&dir),
-        Command::Verify { dir } => verify::verify(&dir),
+        Command::Report { dir } => {
+            watched(&dir)?;
+            report::report(&dir)
+        }
+        Command::Verify { dir } => {
+            watched(&dir)?;
+            verify::verify(&dir)
+        }
         Command::Merge { dirs } => merge::merge(&dirs, g),
         Command::Compare {
             before,
             after,
             fail_if,
-        } => compare::compare(&before, &after, &fail_if, g),
+        } => {
+            watched(&before)?;
+            watched(&after)?;
+            compare::compare(&before, &after, &fail_if, g)
+        }
         Command::Preview {
             experiment,
             n,
@@ -248,9 +258,24 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Bench(args) => bench::bench(&args, &overrides, g),
         Command::Tune(args) => tune::tune(&args, &overrides, g),
         Command::Slurm(args) => slurm::slurm(&args, &overrides, g),
-        Command::Diagnose(args) => diagnose::diagnose(&args, g),
+        Command::Diagnose(args) => {
+            watched(args.trace())?;
+            diagnose::diagnose(&args, g)
+        }
         Command::Selftest { device } => selftest::selftest(device.kind()),
     }
+}
+
+/// A watched job's folder (`loaderlab.watch`) completed as a results folder, with its report,
+/// from the rows it holds, before anything reads it — where its job died before doing so, or
+/// wrote rows since.
+fn watched(dir: &Path) -> Result<(), Failure> {
+    use crate::commands::watch;
+    if watch::is_watched(dir) && watch::stale(dir) {
+        watch::finish(dir)
+            .map_err(|e| Failure::Failed(format!("cannot complete the watched folder: {e}")))?;
+    }
+    Ok(())
 }
 
 /// The command line as typed, each word shell-quoted, to record what reproduces a result.

@@ -26,16 +26,24 @@ pub enum Figure {
     BatchWaitMs,
     /// Each run's device idle share.
     DeviceIdle,
+    /// Each run's waiting share: its batch waits over its step time.
+    WaitShare,
 }
 
 impl Figure {
-    pub const ALL: [Figure; 3] = [Figure::ImgPerS, Figure::BatchWaitMs, Figure::DeviceIdle];
+    pub const ALL: [Figure; 4] = [
+        Figure::ImgPerS,
+        Figure::BatchWaitMs,
+        Figure::DeviceIdle,
+        Figure::WaitShare,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Figure::ImgPerS => "img_per_s",
             Figure::BatchWaitMs => "batch_wait_ms",
             Figure::DeviceIdle => "device_idle",
+            Figure::WaitShare => "wait_share",
         }
     }
 
@@ -44,6 +52,7 @@ impl Figure {
             Figure::ImgPerS => r.img_per_s,
             Figure::BatchWaitMs => r.batch_wait_median_ms,
             Figure::DeviceIdle => r.device_idle,
+            Figure::WaitShare => r.wait_share,
         }
     }
 
@@ -51,7 +60,7 @@ impl Figure {
         match self {
             Figure::ImgPerS => rate(v),
             Figure::BatchWaitMs => ms(v),
-            Figure::DeviceIdle => pct(v),
+            Figure::DeviceIdle | Figure::WaitShare => pct(v),
         }
     }
 }

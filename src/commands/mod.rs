@@ -31,3 +31,6 @@ pub mod selftest;
 
 // What the transforms do, as files.
 pub mod preview;
+
+// A user's own training loop, watched: its steps as a results folder.
+pub mod watch;

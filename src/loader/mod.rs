@@ -120,6 +120,8 @@ struct Source {
     memory: Option<Arc<dyn HostMemory>>,
     /// Stage times of profiled runs, from every thread that builds batches.
     stages: StageClock,
+    /// The stage clocks run outside a profiled run too (a watched loader).
+    clocked: std::sync::atomic::AtomicBool,
 }
 
 impl Source {
@@ -135,6 +137,7 @@ impl Source {
             pipeline,
             cfg,
             memory,
+            clocked: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -336,7 +339,8 @@ impl Builder {
         let built = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let span = tracing::info_span!(spans::BUILD_BATCH, batch = k);
             // Only a profiled run records spans: then a sample of images is timed by stage.
-            let profiling = !span.is_disabled();
+            let profiling =
+                !span.is_disabled() || source.clocked.load(std::sync::atomic::Ordering::Relaxed);
             let _span = span.entered();
             self.build(source, k, batch, profiling)
         }));
@@ -455,6 +459,15 @@ impl Loader {
             startup: started.elapsed(),
             restarts: 0,
         })
+    }
+
+    /// Run the stage clocks outside a profiled run too (a watched loader: one image in
+    /// [`STAGE_SAMPLE`] timed stage by stage, every batch's build), from the next batch a
+    /// builder starts.
+    pub fn clock_stages(&self, on: bool) {
+        self.source
+            .clocked
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// What the stage clocks measured so far (profiled runs only; zeros otherwise).

@@ -59,6 +59,39 @@ pub struct StageTotals {
 }
 
 impl StageTotals {
+    /// Add `other`'s counts and times (a later pass of the same chain); `other`'s stages are
+    /// taken where this holds none.
+    pub fn absorb(&mut self, other: &StageTotals) {
+        if self.stages.is_empty() {
+            self.stages = other.stages.clone();
+            self.count = vec![0; other.stages.len()];
+            self.ns = vec![0; other.stages.len()];
+        }
+        if self.stages == other.stages {
+            for i in 0..self.stages.len() {
+                self.count[i] += other.count[i];
+                self.ns[i] += other.ns[i];
+            }
+        }
+        self.sample_every = self.sample_every.max(other.sample_every);
+        for (a, b) in [
+            (&mut self.batches, other.batches),
+            (&mut self.build_ns, other.build_ns),
+            (&mut self.queue_waits, other.queue_waits),
+            (&mut self.queue_full_ns, other.queue_full_ns),
+            (&mut self.storage_batches, other.storage_batches),
+            (&mut self.storage_ns, other.storage_ns),
+            (&mut self.split_batches, other.split_batches),
+            (&mut self.split_wall_ns, other.split_wall_ns),
+            (&mut self.split_cpu_ns, other.split_cpu_ns),
+            (&mut self.split_runq_ns, other.split_runq_ns),
+            (&mut self.handoff_batches, other.handoff_batches),
+            (&mut self.handoff_ns, other.handoff_ns),
+        ] {
+            *a += b;
+        }
+    }
+
     /// The per-batch stage (the last one).
     pub fn is_per_batch(&self, i: usize) -> bool {
         i + 1 == self.stages.len()

@@ -213,13 +213,17 @@ pub fn findings(a: &Analysis, notices: &[String]) -> Vec<String> {
         .iter()
         .filter(|c| c.order_effect.flagged)
         .collect();
-    if flagged.is_empty() {
+    let positions = a
+        .conditions
+        .iter()
+        .any(|c| c.order_effect.later_median_img_per_s.is_some());
+    if flagged.is_empty() && positions {
         out.push(
             "Order effect: none beyond the spread of runs in the same position (no condition \
              ran faster or slower for going first)."
                 .into(),
         );
-    } else {
+    } else if !flagged.is_empty() {
         let list: Vec<String> = flagged
             .iter()
             .map(|c| {

@@ -17,19 +17,33 @@ use Align::{Left, Right};
 /// The whole report: title, verdict, setup, results, charts, profiles, warnings, method and
 /// how to reproduce it.
 pub fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> String {
+    let watched = super::watched::is_watched(raw);
     [
         title(raw),
         super::headline::markdown(a, &raw.meta.notices),
         format!("## Verdict\n\n{}\n\n", verdict(a, &raw.meta)),
         super::headline::adopt(a),
         search(raw),
-        setup(raw),
+        if watched {
+            super::watched::setup(raw)
+        } else {
+            setup(raw)
+        },
         results(a),
+        if watched {
+            super::watched::over_time(raw)
+        } else {
+            String::new()
+        },
         super::resources::section(a, raw.meta.environment.cores),
         headroom(a),
         model_scale(a),
         runs(a),
-        order_and_determinism(a),
+        if watched {
+            String::new()
+        } else {
+            order_and_determinism(a)
+        },
         super::node::section(a, raw.meta.environment.cores),
         charts_section(charts),
         profiles(raw, a),

@@ -11,6 +11,7 @@ mod resources;
 mod sections;
 mod table;
 mod verdict;
+mod watched;
 
 pub use headline::headline;
 pub use verdict::verdict;

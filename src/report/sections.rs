@@ -123,6 +123,24 @@ pub(super) fn profiles(raw: &Raw, a: &Analysis) -> String {
     if a.profiles.is_empty() {
         return String::new();
     }
+    if a.profiles.iter().all(|p| p.file.is_empty()) {
+        // A watched job: its stage clocks ran through the whole job; there is no trace.
+        let Some(table) = stage_table(a) else {
+            return String::new();
+        };
+        return format!(
+            "## Inside your loader\n\nWhere your loader's time goes, per image, over the whole \
+             watched run: your dataset's `__getitem__` less its transforms (its own code: \
+             reading, decoding, whatever it does), each transform of its `Compose` by class \
+             name, the `collate` per batch, the rest of the build (`other`), and with workers \
+             `hand_off`, from a worker's batch being ready (or the loop asking for it, if later) \
+             to the loop holding it (pickling, the queue, pinning). Every item's fetch and every \
+             collate are timed; the transforms on one item in `every` (What was watched), in \
+             each worker process, the clocks travelling back with the batch. Shares are of the \
+             loader's time per batch. For `loaderlab.Loader`, its own stage clocks (one image \
+             in 8).\n\n{table}\n"
+        );
+    }
     let mut md = format!(
         "## Profiled runs\n\nOne separate run per condition of {} steps after its own warm-up, recorded as a Chrome trace. \
          Recording adds overhead, so these numbers never enter the speed figures above. Open a file in \
@@ -233,11 +251,12 @@ pub(super) fn search(raw: &Raw) -> String {
     md
 }
 
-/// The loader's cost per stage, every profiled condition side by side.
-fn stages(a: &Analysis) -> String {
+/// The loader's cost per stage, every profiled condition side by side (None without stage
+/// clocks).
+fn stage_table(a: &Analysis) -> Option<String> {
     let profiled: Vec<_> = a.profiles.iter().filter(|p| !p.stages.is_empty()).collect();
     if profiled.is_empty() {
-        return String::new();
+        return None;
     }
     let mut names: Vec<&str> = Vec::new();
     for p in &profiled {
@@ -283,6 +302,14 @@ fn stages(a: &Analysis) -> String {
         }
         t.row(row);
     }
+    Some(t.render())
+}
+
+/// The loader's cost per stage, every profiled condition side by side.
+fn stages(a: &Analysis) -> String {
+    let Some(table) = stage_table(a) else {
+        return String::new();
+    };
     format!(
         "### Loader stages\n\nWhere the loader's time goes, per image: reading and decoding, \
          each transform op, `to_tensor` (with `normalize`) into the batch buffer, the batch's \
@@ -298,7 +325,7 @@ fn stages(a: &Analysis) -> String {
          runnable but waiting for one (other threads had the cores), and off the CPU (asleep: \
          emulated storage, a disk read) — time off the CPU lets more workers than cores pay.\n\n{}\n",
         crate::spans::STAGE_SAMPLE,
-        t.render()
+        table
     )
 }
 

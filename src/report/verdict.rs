@@ -162,9 +162,17 @@ fn prediction(a: &Analysis) -> Option<String> {
         Some(false) => " The matrix does not bear it out.",
         None => "",
     };
+    let (build_from, step_from) = if p.watched {
+        (
+            "stage clocks over the watched run",
+            "the step between batches",
+        )
+    } else {
+        ("profiled run", "its headroom run")
+    };
     Some(format!(
-        "Prediction: **{} worker(s)**{capped}: {} of loader work per batch (`{}`'s profiled run) \
-         over a {} step without waiting (its headroom run) = {}{why}.{outcome}",
+        "Prediction: **{} worker(s)**{capped}: {} of loader work per batch (`{}`'s {build_from}) \
+         over a {} step without waiting ({step_from}) = {}{why}.{outcome}",
         p.workers,
         ms(p.loader_ms_per_batch),
         p.from,

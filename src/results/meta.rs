@@ -136,6 +136,13 @@ pub enum EngineRecord {
         torch: String,
         torchvision: String,
     },
+    /// The user's own training loop, watched (`loaderlab.watch`): their loader, their step.
+    Watched {
+        /// The loader's type.
+        loader: String,
+        python: String,
+        torch: String,
+    },
 }
 
 impl EngineRecord {
@@ -154,6 +161,14 @@ impl EngineRecord {
                 "pytorch: torch.utils.data.DataLoader (torch {torch}, torchvision {torchvision}, \
                  Python {python} at {interpreter})"
             ),
+            EngineRecord::Watched {
+                loader,
+                python,
+                torch,
+            } => format!(
+                "watched: your own training loop over your {loader} (torch {torch}, Python \
+                 {python}), timed by loaderlab.watch"
+            ),
         }
     }
 
@@ -168,6 +183,14 @@ impl EngineRecord {
     pub fn profile_note(&self) -> Option<&'static str> {
         match self {
             EngineRecord::Native => None,
+            EngineRecord::Watched { .. } => Some(
+                "a watched job's stage clocks run inside its own loader for the whole run: every \
+                 item's fetch and every collate timed, each transform of the Compose on one item \
+                 in `every` (by its class name; `__getitem__ (own code)` = the sampled items' \
+                 fetch less their transforms), and with workers the hand-off from a worker's \
+                 ready batch, or the loop's asking for it if later, to the loop holding it; \
+                 there is no trace",
+            ),
             EngineRecord::Pytorch { .. } => Some(
                 "the pytorch engine's profiled runs are torch.profiler traces (the step's spans; \
                  their per-operator events dropped); the stage table's clocks run in the process \

@@ -14,6 +14,7 @@ pub mod meta;
 mod read;
 pub mod records;
 pub mod search;
+pub mod watch;
 
 pub use environment::Environment;
 pub use folder::{Partial, partial_dir, promote, write_atomic, write_json};
@@ -26,6 +27,7 @@ pub use records::{
     StepRecord, column, csv_field, run_header, step_header,
 };
 pub use search::{InputBound, SearchRecord, Trial, TrialSetting};
+pub use watch::{STAGES_JSON, StagesFile, WATCH_JSON, WATCHED_CONDITION, WatchInfo, WatchedStages};
 
 use std::path::PathBuf;
 

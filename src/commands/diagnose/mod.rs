@@ -97,6 +97,9 @@ pub struct RankDiagnosis {
     /// Where the batch size was read, e.g. "aten::conv2d's first input [32, 3, 64, 64]".
     #[serde(default)]
     pub batch_from: Option<String>,
+    /// Read from a watched job's folder (`loaderlab.watch`), not a trace.
+    #[serde(default)]
+    pub watched: bool,
     pub rows: Vec<StepRow>,
 }
 
@@ -124,6 +127,8 @@ pub enum DiagnoseError {
          prof.step() once per training step"
     )]
     NoSteps(String),
+    #[error("{0}: a watched job's folder that cannot be read: {1}")]
+    Watched(String, String),
     #[error("{path}: no span of waiting for data: looked for {looked}; {hint}")]
     NoWait {
         path: String,
@@ -159,6 +164,14 @@ pub fn diagnose(
     wanted: &WaitSpan,
     thresholds: Thresholds,
 ) -> Result<Diagnosis, DiagnoseError> {
+    if path.join(crate::results::WATCH_JSON).is_file() {
+        return Ok(Diagnosis {
+            trace: path.display().to_string(),
+            ranks: vec![watched(path, thresholds)?],
+            slowest: None,
+            thresholds,
+        });
+    }
     let files = trace_files(path)?;
     let mut ranks = Vec::new();
     let folder = path.is_dir();
@@ -261,8 +274,40 @@ fn rank(
             device_busy_ms: has_device.then(|| covered(&device, s, device_longest) / 1e3),
         })
         .collect();
+    let batch = batch.map(|(n, op)| (n, format!("{}'s first input {:?}", op.name, op.dims)));
+    Ok(from_rows(
+        rows,
+        Source {
+            rank: format!("rank {}", trace.rank.unwrap_or(k as u64)),
+            file: shown,
+            events: trace.events,
+            wait_span,
+            batch,
+            seed: 0xd1a9 ^ k as u64,
+            watched: false,
+        },
+        thresholds,
+    ))
+}
+
+/// Where a rank's rows came from.
+struct Source {
+    rank: String,
+    file: String,
+    events: u64,
+    wait_span: String,
+    /// The batch size and what it was read from.
+    batch: Option<(u64, String)>,
+    seed: u64,
+    /// A watched job's folder, not a trace.
+    watched: bool,
+}
+
+/// A rank's diagnosis from its steps.
+fn from_rows(rows: Vec<StepRow>, src: Source, thresholds: Thresholds) -> RankDiagnosis {
+    let has_device = rows.iter().any(|r| r.device_busy_ms.is_some());
     let index: Vec<f64> = (0..rows.len()).map(|i| i as f64).collect();
-    let seed = 0xd1a9 ^ k as u64;
+    let seed = src.seed;
     let share_of = |f: &dyn Fn(&StepRow) -> f64| {
         bootstrap(&[&index], seed, |s| {
             let (num, den) = s[0].iter().fold((0.0, 0.0), |(n, d), &i| {
@@ -283,12 +328,12 @@ fn rank(
     let without_wait = median(&col(|r| r.step_ms - r.wait_ms));
     let host_ms = Distribution::of(&col(|r| r.host_ms));
     let device_busy_ms = has_device.then(|| median(&col(|r| r.device_busy_ms.unwrap_or(0.0))));
-    Ok(RankDiagnosis {
-        rank: format!("rank {}", trace.rank.unwrap_or(k as u64)),
-        file: shown,
-        events: trace.events,
+    RankDiagnosis {
+        rank: src.rank,
+        file: src.file,
+        events: src.events,
         steps: rows.len(),
-        wait_span,
+        wait_span: src.wait_span,
         waiting_share,
         device_idle,
         classified_by,
@@ -302,10 +347,60 @@ fn rank(
         device_busy_ms,
         stand_in_step_ms: device_busy_ms.unwrap_or(0.0),
         stand_in_host_ms: host_ms.p50,
-        batch_size: batch.map(|(n, _)| n),
-        batch_from: batch.map(|(_, op)| format!("{}'s first input {:?}", op.name, op.dims)),
+        batch_size: src.batch.as_ref().map(|b| b.0),
+        batch_from: src.batch.map(|b| b.1),
+        watched: src.watched,
         rows,
-    })
+    }
+}
+
+/// A watched job's folder (`loaderlab.watch`) read as one rank: its steps.csv rows, the wait
+/// inside next() as the wait, the rest of each step as the host's own time (on CUDA the
+/// device's time from events; the calls that block on it are not told apart there).
+fn watched(path: &Path, thresholds: Thresholds) -> Result<RankDiagnosis, DiagnoseError> {
+    use crate::results::{WATCH_JSON, WatchInfo, column, f64s, read_csv, read_json};
+    let shown = path.display().to_string();
+    let bad = |m: String| DiagnoseError::Watched(shown.clone(), m);
+    let info: WatchInfo = read_json(&path.join(WATCH_JSON)).map_err(|e| bad(e.to_string()))?;
+    let steps = read_csv(
+        &path.join(crate::results::STEPS_CSV),
+        &[column::CONDITION, column::FINGERPRINT],
+    )
+    .map_err(|e| bad(e.to_string()))?;
+    let get = |c: &str| f64s(&steps, c).map_err(|e| bad(e.to_string()));
+    let (step, wait, device) = (
+        get(column::STEP_MS)?,
+        get(column::BATCH_WAIT_MS)?,
+        get(column::DEVICE_MS)?,
+    );
+    if step.is_empty() {
+        return Err(DiagnoseError::NoSteps(shown));
+    }
+    let cuda = info.compute_device == "cuda";
+    let rows = (0..step.len())
+        .map(|i| StepRow {
+            step_ms: step[i],
+            wait_ms: wait[i],
+            host_ms: step[i] - wait[i],
+            device_busy_ms: (cuda && device[i].is_finite()).then_some(device[i]),
+        })
+        .collect();
+    Ok(from_rows(
+        rows,
+        Source {
+            rank: "the job".into(),
+            file: shown,
+            events: step.len() as u64,
+            wait_span: "loaderlab.watch: the wait inside the loader's next()".into(),
+            batch: Some((
+                info.batch_size,
+                format!("the watched {}'s batch_size", info.loader),
+            )),
+            seed: 0xd1a9,
+            watched: true,
+        },
+        thresholds,
+    ))
 }
 
 #[cfg(test)]

@@ -164,6 +164,9 @@ pub fn emit_experiment(d: &Diagnosis, file: &Path) -> String {
     let host = round(r.map_or(f64::NAN, |r| r.stand_in_host_ms));
     let step = round(r.map_or(f64::NAN, |r| r.stand_in_step_ms));
     let batch = match r.and_then(|r| r.batch_size.zip(r.batch_from.as_deref())) {
+        Some((b, from)) if r.is_some_and(|r| r.watched) => {
+            format!("batch_size = {b}          # from {from}")
+        }
         Some((b, from)) => format!(
             "batch_size = {b}          # from the trace: {from}, the first operator after the wait \
              to take a batch"

@@ -4,6 +4,7 @@
 //! run, and, for a model-scale matrix, compute against workers. [`CHARTS`] lists every chart's name (= file name) and caption once.
 
 mod batch_wait;
+mod job;
 mod model_scale;
 mod ranks;
 mod resources;
@@ -30,7 +31,7 @@ pub struct ChartSpec {
 }
 
 /// Every chart, in report order.
-pub const CHARTS: [ChartSpec; 8] = [
+pub const CHARTS: [ChartSpec; 9] = [
     ChartSpec {
         name: "throughput",
         caption: "Throughput per condition: bar = median of rounds, dots = runs, whisker = 95 % bootstrap CI of the median.",
@@ -42,6 +43,10 @@ pub const CHARTS: [ChartSpec; 8] = [
     ChartSpec {
         name: "timeline",
         caption: "The first five timed steps of each condition's first run: batch_wait, h2d and compute segments.",
+    },
+    ChartSpec {
+        name: "job",
+        caption: "A watched job: every step's time and its wait for a batch over the whole run, epochs marked.",
     },
     ChartSpec {
         name: "step_time",
@@ -87,6 +92,8 @@ pub struct ChartData<'a> {
     pub conditions: Vec<String>,
     /// (condition index, run, its timed steps in order).
     pub runs: Vec<(usize, i64, Vec<StepTimes>)>,
+    /// A watched job's every step in order: (epoch, step ms, wait ms); empty elsewhere.
+    pub job: Vec<(i64, f64, f64)>,
 }
 
 impl<'a> ChartData<'a> {
@@ -125,10 +132,24 @@ impl<'a> ChartData<'a> {
             rows.sort_by(|a, b| a.0.total_cmp(&b.0));
             runs.push((ci, r.run, rows.into_iter().map(|(_, v)| v).collect()));
         }
+        let watched = raw
+            .meta
+            .conditions
+            .iter()
+            .any(|c| matches!(c.engine, crate::results::EngineRecord::Watched { .. }));
+        let job = if watched {
+            let epoch = col(column::EPOCH)?;
+            (0..s.len())
+                .map(|i| (epoch[i] as i64, s[i], w[i]))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(ChartData {
             analysis,
             conditions,
             runs,
+            job,
         })
     }
 }
@@ -179,6 +200,9 @@ pub fn draw_all(
     for spec in &CHARTS {
         let absent = match spec.name {
             "model_scale" => data.analysis.model_scale.is_none(),
+            "job" => data.job.is_empty(),
+            // A watched job: its every-step chart stands for these.
+            "timeline" | "step_time" | "throughput" | "batch_wait" => !data.job.is_empty(),
             "stages" => stages::stage_names(data).is_empty(),
             "resources" => !resources::drawn(data),
             "ranks" => !ranks::drawn(data),
@@ -190,6 +214,14 @@ pub fn draw_all(
         let files = match spec.name {
             "throughput" => render!(dir, spec.name, formats, wide, throughput::draw, data),
             "batch_wait" => render!(dir, spec.name, formats, wide, batch_wait::draw, data),
+            "job" => render!(
+                dir,
+                spec.name,
+                formats,
+                (1000 + legend, 520),
+                job::draw,
+                data
+            ),
             "timeline" => render!(
                 dir,
                 spec.name,
