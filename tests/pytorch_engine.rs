@@ -1502,6 +1502,13 @@ fn the_users_mistakes_are_told_as_theirs_and_a_stall_is_named() {
     // The partial folder keeps steps.csv (its header, and any row measured before the stall).
     let partial = dir.path().join("out_hangs.partial");
     assert!(partial.join("steps.csv").is_file() || out.join("steps.csv").is_file());
+    // A hang in a rank process of a node: its watchdog ends the run the same way.
+    let (e, _) = run("hangs", "\n[distributed]\nranks = 2\n");
+    assert!(
+        e.contains("no batch for 2 s while waiting for") && e.contains("rank "),
+        "{e}"
+    );
+    assert!(e.contains("[pytorch] stall_s = 2"), "{e}");
 }
 
 /// `dataset.page_cache` on the pytorch engine: the page cache under the declared folder's files

@@ -27,11 +27,18 @@ from .condition import Condition
 from .metering import cpu_s, peak_rss_mib
 from .protocol import ConditionSpec, Done, Started, Step, say
 from .timed import timed_step
+from .watchdog import StallError
 
 
 def decide(stop: Synchronized, decided: Synchronized) -> None:
     """The barrier's action, run once all ranks have arrived: whether they all stop here."""
     decided.value = stop.value
+
+
+def stalled(cond: Condition, signum: int, frame: Any) -> None:  # noqa: ANN401 - the signal's frame
+    """SIGINT in a rank: a stall its watchdog marked interrupts the wait; any other is ignored."""
+    if cond.watchdog.stalled is not None:
+        raise KeyboardInterrupt
 
 
 def failure(rank: int, exc: BaseException) -> str:
@@ -110,6 +117,8 @@ def rank_entry(
     results: Queue,
 ) -> None:
     """A rank's process: the condition built afresh for this rank, its timed run."""
+    # The node's Ctrl-C is decided at the barrier: SIGINT reaches a rank only as its watchdog's,
+    # for a stalled DataLoader.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The rank's DataLoader forks its workers, as on a node torchrun started (a process the fork
     # server started has the fork server as its default).
@@ -117,8 +126,20 @@ def rank_entry(
     # One intra-op thread per rank, as torchrun sets OMP_NUM_THREADS=1 for several processes per
     # node.
     torch.set_num_threads(1)
+    cond: Condition | None = None
     try:
-        rank_main(Condition(spec, rank), rank, warmup, timed, barrier, decided, results)
+        cond = Condition(spec, rank)
+        signal.signal(signal.SIGINT, functools.partial(stalled, cond))
+        rank_main(cond, rank, warmup, timed, barrier, decided, results)
+    except KeyboardInterrupt:
+        # The watchdog's: the stall named as the user reads it, not the child's frames.
+        try:
+            if cond is not None:
+                cond.watchdog.check(spec.loader.workers)
+            results.put(("error", f"rank {rank}: interrupted"))
+        except StallError as exc:
+            results.put(("error", f"rank {rank}: {exc}"))
+        barrier.abort()
     except Exception as exc:  # the launcher says it, with the traceback
         results.put(("error", failure(rank, exc)))
         barrier.abort()
