@@ -1319,6 +1319,90 @@ fn diagnose_reads_the_engines_trace_and_finds_the_reports_waiting_share() {
     );
 }
 
+/// Every op with a twin on the pytorch engine: the child builds the torchvision transform the
+/// Rust side describes (`Op::torchvision`), of that class and with every argument as given, and
+/// the transform runs on an image.
+#[test]
+fn the_child_builds_every_ops_torchvision_twin_as_described() {
+    use loaderlab::runner::engine::child::driver_file;
+    let Some(python) = python() else { return };
+    let calls: Vec<serde_json::Value> = loaderlab::config::TransformSpec::all()
+        .iter()
+        .filter_map(|t| {
+            let call = t.op().torchvision()?;
+            let mut v = serde_json::to_value(&call).unwrap();
+            v["op"] = t.op_name().into();
+            Some(v)
+        })
+        .collect();
+    assert!(calls.len() >= 12, "{calls:?}");
+    let package = driver_file()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let script = r#"
+import json, math, sys
+from PIL import Image
+from torchvision.transforms import functional as F
+from loaderlab_child.twins import twin
+
+def same(got, want):
+    if isinstance(got, (list, tuple)) and isinstance(want, (list, tuple)):
+        return len(got) == len(want) and all(same(g, w) for g, w in zip(got, want))
+    if isinstance(got, (int, float)) and isinstance(want, (int, float)):
+        return math.isclose(got, want, rel_tol=1e-9)
+    return got == want
+
+img = Image.new("RGB", (64, 48), (120, 60, 30))
+for call in json.loads(sys.argv[1]):
+    t = twin(call)
+    for k, want in call["kwargs"].items():
+        if call["class"] == "ColorJitter":
+            continue  # kept as ranges: (1 - v, 1 + v), (-hue, hue); its class is checked
+        if k == "us":
+            got, want = t.s, want / 1e6
+        else:
+            got = getattr(t, k)
+        if k == "interpolation":
+            got = got.value
+        if k == "degrees":
+            want = [-want, want]
+        if k == "size" and isinstance(want, int) and call["class"] != "Resize":
+            want = [want, want]
+        assert same(got, want), (call, k, got, want)
+    if call["class"] == "Normalize":
+        if call["kwargs"]["mean"]:  # the default spec lists none
+            t(F.to_tensor(img))
+    else:
+        t(img)
+    print(call["op"], type(t).__name__)
+"#;
+    let out = StdCommand::new(&python)
+        .arg("-c")
+        .arg(script)
+        .arg(serde_json::to_string(&calls).unwrap())
+        .env("PYTHONPATH", &package)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let built = String::from_utf8_lossy(&out.stdout);
+    for call in &calls {
+        let line = format!(
+            "{} {}",
+            call["op"].as_str().unwrap(),
+            call["class"].as_str().unwrap()
+        );
+        assert!(built.contains(&line), "{line} not in {built}");
+    }
+}
+
 /// The real child speaks the Rust types: the condition and each request serialised from
 /// loaderlab's own structs, every line it printed parsed as a `Reply` (whose fields are
 /// `deny_unknown_fields`), in the order a run, a headroom run and a profiled run say them.
@@ -1326,7 +1410,7 @@ fn diagnose_reads_the_engines_trace_and_finds_the_reports_waiting_share() {
 fn the_real_childs_replies_and_our_requests_round_trip_through_the_rust_types() {
     use loaderlab::runner::engine::child::driver_file;
     use loaderlab::runner::engine::child::protocol::{
-        ConditionSpec, HeadroomSpec, LoaderSpec, Reply, Request, StepSpec, UserCode,
+        ConditionSpec, HeadroomSpec, LoaderSpec, Reply, Request, StepSpec, TransformCall, UserCode,
     };
     use std::io::Write as _;
     let Some(python) = python() else { return };
@@ -1349,7 +1433,10 @@ fn the_real_childs_replies_and_our_requests_round_trip_through_the_rust_types() 
         dataset: serde_json::json!({"kind": "raw", "images": images, "labels": labels, "shape": [1, 8, 8]}),
         storage: None,
         user: UserCode::default(),
-        transforms: vec![serde_json::from_value(serde_json::json!({"op": "to_tensor"})).unwrap()],
+        transforms: vec![TransformCall {
+            op: "to_tensor",
+            twin: loaderlab::transforms::ops::TorchvisionCall::new("ToTensor"),
+        }],
         loader: LoaderSpec {
             batch_size: 8,
             workers: 0,

@@ -152,18 +152,19 @@ impl NativeLoader {
         let cfg = self.config(rank, ranks)?;
         let keep = cfg.buffers(false) + 2;
         let batch_size = self.settings.loader.batch_size as usize;
+        let pass = |loader: Option<Loader>| NativePass {
+            left: loader.as_ref().map_or(0, |l| l.batches_per_epoch()),
+            loader: Mutex::new(loader),
+            returned: Arc::default(),
+            keep,
+            pinned: Arc::default(),
+            buffers: Vec::new(),
+            batch_size,
+            clocked: None,
+        };
         // No whole batch with drop_last: a pass of none, as DataLoader's (no workers started).
         if empty {
-            return Ok(NativePass {
-                loader: Mutex::new(None),
-                left: 0,
-                returned: Arc::default(),
-                keep,
-                pinned: Arc::default(),
-                buffers: Vec::new(),
-                batch_size,
-                clocked: None,
-            });
+            return Ok(pass(None));
         }
         let (dataset, pipeline) = (
             Arc::clone(&self.setup.dataset),
@@ -179,17 +180,7 @@ impl NativeLoader {
                 Ok::<_, loaderlab::loader::LoaderError>(loader)
             })
             .map_err(|e| LoaderError::new_err(e.to_string()))?;
-        let left = loader.batches_per_epoch();
-        Ok(NativePass {
-            loader: Mutex::new(Some(loader)),
-            left,
-            returned: Arc::default(),
-            keep,
-            pinned: Arc::default(),
-            buffers: Vec::new(),
-            batch_size,
-            clocked: None,
-        })
+        Ok(pass(Some(loader)))
     }
 
     /// Sample `index` of `epoch` through the chain op by op: its image as read (channels,

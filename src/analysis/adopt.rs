@@ -61,14 +61,19 @@ pub fn adopt(
 
 /// The baseline's DataLoader call, as the pytorch engine makes it.
 fn dataloader(s: &Settings) -> String {
-    let l = &s.loader;
+    let mut args = vec!["dataset".to_string()];
+    args.extend(dataloader_args(&s.loader));
+    format!("loader = torch.utils.data.DataLoader({})", args.join(", "))
+}
+
+/// The loader settings as DataLoader's keyword arguments, which both lines share.
+fn dataloader_args(l: &LoaderSection) -> Vec<String> {
     let mut args = vec![
-        "dataset".to_string(),
         format!("batch_size={}", l.batch_size),
         format!("shuffle={}", py_bool(l.shuffle)),
         format!("num_workers={}", l.workers),
     ];
-    // torch refuses both without workers.
+    // torch refuses both without workers (and so does loaderlab.Loader).
     if l.workers > 0 {
         args.push(format!("prefetch_factor={}", l.prefetch_factor));
         args.push(format!(
@@ -78,7 +83,7 @@ fn dataloader(s: &Settings) -> String {
     }
     args.push(format!("pin_memory={}", py_bool(l.pin_memory)));
     args.push(format!("drop_last={}", py_bool(l.drop_last)));
-    format!("loader = torch.utils.data.DataLoader({})", args.join(", "))
+    args
 }
 
 /// `loaderlab.Loader(...)` with DataLoader's names: over the same `dataset` object as the
@@ -88,21 +93,7 @@ fn dataloader(s: &Settings) -> String {
 /// makes the batches the native condition's.
 fn loader(s: &Settings) -> String {
     let l = &s.loader;
-    let mut args = vec![
-        format!("batch_size={}", l.batch_size),
-        format!("shuffle={}", py_bool(l.shuffle)),
-        format!("num_workers={}", l.workers),
-    ];
-    // Refused without workers, as DataLoader refuses them.
-    if l.workers > 0 {
-        args.push(format!("prefetch_factor={}", l.prefetch_factor));
-        args.push(format!(
-            "persistent_workers={}",
-            py_bool(l.persistent_workers)
-        ));
-    }
-    args.push(format!("pin_memory={}", py_bool(l.pin_memory)));
-    args.push(format!("drop_last={}", py_bool(l.drop_last)));
+    let mut args = dataloader_args(l);
     if l.read_ahead != LoaderSection::default().read_ahead {
         args.push(format!("read_ahead={}", l.read_ahead));
     }

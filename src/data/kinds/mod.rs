@@ -64,7 +64,7 @@ pub trait Kind: Sync {
     ) -> Result<Arc<dyn Dataset>, DataError>;
     /// How the pytorch engine's child reads the same files as this kind's reader: torchvision's
     /// own class where it has one, or a reader of the child's (`{"kind": …, …}`, read by
-    /// `dataset_of` in `pytorch_driver.py`); `None`: the child reads the bytes the native
+    /// `dataset_of` in the child's `datasets.py`); `None`: the child reads the bytes the native
     /// reader holds, one image after another.
     fn pytorch_twin(&self, _d: &DatasetSection) -> Option<serde_json::Value> {
         None

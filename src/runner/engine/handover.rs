@@ -8,7 +8,9 @@ use std::path::Path;
 use super::super::RunError;
 use super::super::headroom::{HEADROOM_BATCHES, HEADROOM_SEGMENTS, HEADROOM_WARMUP};
 use super::super::setup::{Setup, StandInStep};
-use super::child::protocol::{ConditionSpec, HeadroomSpec, LoaderSpec, StepSpec, UserCode};
+use super::child::protocol::{
+    ConditionSpec, HeadroomSpec, LoaderSpec, StepSpec, TransformCall, UserCode,
+};
 use crate::train::{HOST_BUFFER, QUEUE_DEPTH};
 
 /// The condition as the child builds it ([`ConditionSpec`]): the dataset over the same bytes as
@@ -63,7 +65,7 @@ pub(super) fn spec(
         transforms: if users.is_some() {
             Vec::new()
         } else {
-            s.transforms.clone()
+            calls(&s.transforms)?
         },
         loader: LoaderSpec {
             batch_size: l.batch_size,
@@ -111,6 +113,24 @@ pub const FINGERPRINT_SAMPLE: usize = 4096;
 /// The native dataset's images and labels written for the child (synthetic images exist only in
 /// memory): encoded ones as their very files (JPEG, PNG) one after another with their offsets,
 /// raw ones as planar bytes — the same bytes both engines read.
+/// Each transform as its torchvision call; `validate` has refused an op without a twin on
+/// this engine, so one here is a bug, said as an error.
+fn calls(transforms: &[crate::config::TransformSpec]) -> Result<Vec<TransformCall>, RunError> {
+    transforms
+        .iter()
+        .map(|t| {
+            let twin = t.op().torchvision().ok_or_else(|| RunError::Engine {
+                condition: String::new(),
+                message: format!("op {} has no torchvision twin", t.op_name()),
+            })?;
+            Ok(TransformCall {
+                op: t.op_name(),
+                twin,
+            })
+        })
+        .collect()
+}
+
 fn raw_images(setup: &Setup, dir: &Path) -> Result<serde_json::Value, RunError> {
     let d = &setup.data.dataset;
     let shape = d.shape();

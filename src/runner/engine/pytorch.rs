@@ -373,7 +373,7 @@ fn sanitize(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::child::{TWINS, probe};
+    use super::super::child::probe;
     use super::*;
     use crate::config::PytorchSection;
 
@@ -384,17 +384,6 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(interpreter(&set), "/opt/py/bin/python");
-    }
-
-    /// An op says it has a twin exactly where the child's `twin()` maps it: validate's
-    /// refusal and the child's mapping cannot drift apart.
-    #[test]
-    fn the_ops_with_a_twin_are_the_ones_the_child_maps() {
-        for t in crate::config::TransformSpec::all() {
-            let name = t.op_name();
-            let mapped = TWINS.contains(&format!("\"{name}\":"));
-            assert_eq!(t.op().pytorch_twin(), mapped, "{name}");
-        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Op, PixelOp, Reaching, Stage};
+use super::{Op, PixelOp, Reaching, Stage, TorchvisionCall};
 use crate::hash::SplitMix64;
 use crate::shape::ImageShape;
 use crate::transforms::{Scratch, burn_cpu};
@@ -18,8 +18,9 @@ pub struct CpuWorkSpec {
 }
 
 impl Op for CpuWorkSpec {
-    fn pytorch_twin(&self) -> bool {
-        true
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        // The child's own: a busy loop on the worker's CPU clock (torchvision has none).
+        Some(TorchvisionCall::new("CpuWork").arg("us", self.us))
     }
     fn name(&self) -> &'static str {
         "cpu_work"

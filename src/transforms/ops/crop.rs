@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Op, PixelOp, Reaching, Size};
+use super::{Op, PixelOp, Reaching, Size, TorchvisionCall};
 use crate::hash::SplitMix64;
 use crate::shape::{ImageShape, Padding};
 use crate::transforms::{OpParams, PadMode, Scratch, center_crop_geometry, crop, pad};
@@ -30,8 +30,8 @@ impl Default for CenterCropSpec {
 }
 
 impl Op for CenterCropSpec {
-    fn pytorch_twin(&self) -> bool {
-        true
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        Some(TorchvisionCall::new("CenterCrop").arg("size", self.size))
     }
     fn name(&self) -> &'static str {
         "center_crop"
@@ -127,8 +127,18 @@ impl Default for RandomCropSpec {
 }
 
 impl Op for RandomCropSpec {
-    fn pytorch_twin(&self) -> bool {
-        true
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        Some(
+            TorchvisionCall::new("RandomCrop")
+                .arg("size", self.size)
+                .arg(
+                    "padding",
+                    (!self.padding.is_empty()).then_some(&self.padding),
+                )
+                .arg("pad_if_needed", self.pad_if_needed)
+                .arg("fill", self.fill)
+                .arg("padding_mode", self.padding_mode),
+        )
     }
     fn name(&self) -> &'static str {
         "random_crop"

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Op, PixelOp, Reaching, check_probability, coin};
+use super::{Op, PixelOp, Reaching, TorchvisionCall, check_probability, coin};
 use crate::hash::SplitMix64;
 use crate::shape::ImageShape;
 use crate::transforms::{OpParams, Scratch, flip_horizontal, flip_vertical};
@@ -42,8 +42,8 @@ impl Default for RandomVerticalFlipSpec {
 }
 
 impl Op for RandomHorizontalFlipSpec {
-    fn pytorch_twin(&self) -> bool {
-        true
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        Some(TorchvisionCall::new("RandomHorizontalFlip").arg("p", self.p))
     }
     fn name(&self) -> &'static str {
         "random_horizontal_flip"
@@ -66,8 +66,8 @@ impl Op for RandomHorizontalFlipSpec {
 }
 
 impl Op for RandomVerticalFlipSpec {
-    fn pytorch_twin(&self) -> bool {
-        true
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        Some(TorchvisionCall::new("RandomVerticalFlip").arg("p", self.p))
     }
     fn name(&self) -> &'static str {
         "random_vertical_flip"

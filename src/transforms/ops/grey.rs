@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Op, PixelOp, Reaching, check_probability, coin};
+use super::{Op, PixelOp, Reaching, TorchvisionCall, check_probability, coin};
 use crate::hash::SplitMix64;
 use crate::shape::ImageShape;
 use crate::transforms::{OpParams, Scratch, grey_plane};
@@ -31,8 +31,8 @@ impl Default for GrayscaleSpec {
 }
 
 impl Op for GrayscaleSpec {
-    fn pytorch_twin(&self) -> bool {
-        true
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        Some(TorchvisionCall::new("Grayscale").arg("num_output_channels", self.num_output_channels))
     }
     fn name(&self) -> &'static str {
         "grayscale"
@@ -87,8 +87,8 @@ impl Default for RandomGrayscaleSpec {
 }
 
 impl Op for RandomGrayscaleSpec {
-    fn pytorch_twin(&self) -> bool {
-        true
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        Some(TorchvisionCall::new("RandomGrayscale").arg("p", self.p))
     }
     fn name(&self) -> &'static str {
         "random_grayscale"

@@ -5,7 +5,7 @@
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
-use super::{Op, PixelOp, Reaching};
+use super::{Op, PixelOp, Reaching, TorchvisionCall};
 use crate::hash::SplitMix64;
 use crate::shape::ImageShape;
 use crate::transforms::{OpParams, Scratch, brightness, contrast, hue, saturation, uniform};
@@ -41,8 +41,14 @@ pub struct ColorJitterSpec {
 const JITTER_NAMES: [&str; 4] = ["brightness", "contrast", "saturation", "hue"];
 
 impl Op for ColorJitterSpec {
-    fn pytorch_twin(&self) -> bool {
-        true
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        Some(
+            TorchvisionCall::new("ColorJitter")
+                .arg("brightness", self.brightness)
+                .arg("contrast", self.contrast)
+                .arg("saturation", self.saturation)
+                .arg("hue", self.hue),
+        )
     }
     fn name(&self) -> &'static str {
         "color_jitter"

@@ -173,10 +173,41 @@ pub trait Op {
         false
     }
 
-    /// Whether the pytorch engine's child maps it to a torchvision twin (`twin()` in
-    /// `runner/engine/pytorch_driver.py`); `validate` refuses an op without one on that engine.
+    /// Its twin on the pytorch engine: the torchvision transform the child builds for it, with
+    /// every parameter (None: no twin; `validate` refuses the op on that engine).
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        None
+    }
+
+    /// Whether it has a twin on the pytorch engine.
     fn pytorch_twin(&self) -> bool {
-        false
+        self.torchvision().is_some()
+    }
+}
+
+/// An op's twin on the pytorch engine, as the child builds it: a class of
+/// `torchvision.transforms` (or the child's own `CpuWork`) and its keyword arguments, an
+/// `interpolation` by its `InterpolationMode` value ("bilinear", "nearest"). The Rust side says
+/// every parameter; the child only calls.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TorchvisionCall {
+    pub class: &'static str,
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
+}
+
+impl TorchvisionCall {
+    pub fn new(class: &'static str) -> Self {
+        TorchvisionCall {
+            class,
+            kwargs: serde_json::Map::new(),
+        }
+    }
+
+    /// With the keyword argument `name = value` (None is Python's None).
+    pub fn arg(mut self, name: &str, value: impl Serialize) -> Self {
+        let value = serde_json::to_value(value).unwrap_or(serde_json::Value::Null);
+        self.kwargs.insert(name.to_string(), value);
+        self
     }
 }
 

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Op, PixelOp, Reaching, Size};
+use super::{Op, PixelOp, Reaching, Size, TorchvisionCall};
 use crate::hash::SplitMix64;
 use crate::shape::ImageShape;
 use crate::transforms::{CropBox, OpParams, ResizeScratch, SampleParams, Scratch};
@@ -32,8 +32,14 @@ impl Default for RandomResizedCropSpec {
 }
 
 impl Op for RandomResizedCropSpec {
-    fn pytorch_twin(&self) -> bool {
-        true
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        Some(
+            TorchvisionCall::new("RandomResizedCrop")
+                .arg("size", self.size)
+                .arg("scale", self.scale)
+                .arg("ratio", self.ratio)
+                .arg("interpolation", "bilinear"),
+        )
     }
     fn name(&self) -> &'static str {
         "random_resized_crop"
@@ -171,8 +177,13 @@ impl Default for ResizeSpec {
 }
 
 impl Op for ResizeSpec {
-    fn pytorch_twin(&self) -> bool {
-        true
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        Some(
+            TorchvisionCall::new("Resize")
+                .arg("size", self.size)
+                .arg("interpolation", "bilinear")
+                .arg("max_size", (self.max_size > 0).then_some(self.max_size)),
+        )
     }
     fn name(&self) -> &'static str {
         "resize"

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Op, PixelOp, Reaching};
+use super::{Op, PixelOp, Reaching, TorchvisionCall};
 use crate::hash::SplitMix64;
 use crate::shape::ImageShape;
 use crate::transforms::{OpParams, Scratch, rotate_nearest, uniform};
@@ -34,8 +34,13 @@ impl Default for RandomRotationSpec {
 }
 
 impl Op for RandomRotationSpec {
-    fn pytorch_twin(&self) -> bool {
-        true
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        Some(
+            TorchvisionCall::new("RandomRotation")
+                .arg("degrees", self.degrees)
+                .arg("interpolation", "nearest")
+                .arg("fill", self.fill),
+        )
     }
     fn name(&self) -> &'static str {
         "random_rotation"

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Op, PixelOp, Reaching, Stage};
+use super::{Op, PixelOp, Reaching, Stage, TorchvisionCall};
 
 /// torchvision `ToTensor`: CHW float32 in [0, 1].
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -11,8 +11,8 @@ use super::{Op, PixelOp, Reaching, Stage};
 pub struct ToTensorSpec {}
 
 impl Op for ToTensorSpec {
-    fn pytorch_twin(&self) -> bool {
-        true
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        Some(TorchvisionCall::new("ToTensor"))
     }
     fn name(&self) -> &'static str {
         "to_tensor"
@@ -53,8 +53,12 @@ impl NormalizeSpec {
 }
 
 impl Op for NormalizeSpec {
-    fn pytorch_twin(&self) -> bool {
-        true
+    fn torchvision(&self) -> Option<TorchvisionCall> {
+        Some(
+            TorchvisionCall::new("Normalize")
+                .arg("mean", &self.mean)
+                .arg("std", &self.std),
+        )
     }
     fn name(&self) -> &'static str {
         "normalize"

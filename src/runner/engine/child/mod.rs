@@ -36,9 +36,6 @@ pub const PACKAGE: &[(&str, &str)] = &[
     ("watchdog.py", include_str!("loaderlab_child/watchdog.py")),
 ];
 
-/// Each transform op's torchvision twin (`twins.py`): the ops it maps.
-pub const TWINS: &str = include_str!("loaderlab_child/twins.py");
-
 /// loaderlab's networks in PyTorch (shared with `bench step`), written beside the package.
 const MODEL: &str = include_str!("../../../net/pytorch_model.py");
 

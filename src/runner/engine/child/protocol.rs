@@ -22,8 +22,9 @@ use crate::results::{HeadroomRecord, StepRecord};
 pub const PROTOCOL: u32 = 1;
 
 /// The condition as the child builds it: the dataset over the same bytes as the native engine
-/// reads (each kind says how: `data::kinds`), the transforms as loaderlab's specs (the child
-/// maps each to its torchvision twin), the loader settings one to one, the step.
+/// reads (each kind says how: `data::kinds`), each transform as its torchvision call (the class
+/// and every argument, decided here: the child only calls), the loader settings one to one, the
+/// step.
 #[derive(Debug, Serialize)]
 pub struct ConditionSpec {
     pub seed: u64,
@@ -34,7 +35,7 @@ pub struct ConditionSpec {
     /// user's own Dataset, which reads as it reads).
     pub storage: Option<crate::config::StorageSection>,
     pub user: UserCode,
-    pub transforms: Vec<crate::config::TransformSpec>,
+    pub transforms: Vec<TransformCall>,
     pub loader: LoaderSpec,
     pub step: StepSpec,
     pub headroom: HeadroomSpec,
@@ -42,6 +43,15 @@ pub struct ConditionSpec {
     pub fingerprint_sample: usize,
     /// A wait for one batch longer than this ends the run as stalled (`[pytorch] stall_s`).
     pub stall_s: f64,
+}
+
+/// One transform as the child builds it: loaderlab's op name (its stage clock's name) and its
+/// torchvision twin.
+#[derive(Debug, Serialize)]
+pub struct TransformCall {
+    pub op: &'static str,
+    #[serde(flatten)]
+    pub twin: crate::transforms::ops::TorchvisionCall,
 }
 
 /// The user's own code the DataLoader takes, as absolute `file.py:function` references.
