@@ -319,9 +319,13 @@ class Loader:
         return [b for p in list(self._passes) for b in p.buffers()]
 
     def close(self) -> None:
-        """Stop every live pass's workers. Tensors already handed out stay valid."""
+        """Stop every live pass's workers, and the loader kept between passes. Tensors already
+        handed out stay valid."""
         for p in list(getattr(self, "_passes", ())):
             p.close()
+        native = getattr(self, "_native", None)
+        if native is not None:
+            native.close()
 
     def __enter__(self) -> Loader:
         """The loader, closed on exit."""

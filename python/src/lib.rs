@@ -75,15 +75,24 @@ type TracedSample = (Dims, Vec<u8>, Vec<Traced>, Dims, Vec<u8>);
 /// Channels, height, width.
 type Dims = (usize, usize, usize);
 
-/// One condition's dataset and transform chain, opened once; each pass over it
-/// ([`NativeLoader::start`]) is a loader of its own, so passes are independent.
+/// One condition's dataset and transform chain, opened once. Each pass over it
+/// ([`NativeLoader::start`]) has a loader of its own while it runs, so live passes are
+/// independent; a pass that ends parks its loader here, and the next pass goes on with it
+/// (its buffers, and with `persistent_workers` its workers and the next epoch's batches they
+/// built meanwhile, as a DataLoader's persistent workers do).
 #[pyclass(module = "loaderlab._loaderlab")]
 struct NativeLoader {
     setup: DataSetup,
     /// The condition's resolved settings (shown as TOML by the `settings` getter).
     settings: Settings,
     condition: String,
+    /// The loader the last pass ended with, by (rank, ranks), and the buffers torch has freed
+    /// (shared by the passes, so one freed after its pass ended serves the next).
+    parked: Parked,
 }
+
+/// A loader parked between passes, with the (rank, ranks) it serves.
+type Parked = Arc<Mutex<Option<((usize, usize), Loader)>>>;
 
 #[pymethods]
 impl NativeLoader {
@@ -129,6 +138,7 @@ impl NativeLoader {
             setup,
             settings,
             condition: chosen.name.clone(),
+            parked: Arc::default(),
         })
     }
 
@@ -144,8 +154,9 @@ impl NativeLoader {
         })
     }
 
-    /// A pass over epoch `epoch` of rank `rank` of `ranks`: a loader of its own, started
-    /// there (its workers, its buffers, its cursor), which ends after the epoch's batches.
+    /// A pass over epoch `epoch` of rank `rank` of `ranks`, which ends after the epoch's
+    /// batches: the loader the last pass parked where there is one (set to the epoch's first
+    /// batch if it is not there already), else a loader of its own.
     #[pyo3(signature = (epoch, rank=0, ranks=1))]
     fn start(&self, py: Python<'_>, epoch: u64, rank: usize, ranks: usize) -> PyResult<NativePass> {
         let empty = self.batches_per_epoch(rank, ranks)? == 0;
@@ -161,26 +172,46 @@ impl NativeLoader {
             buffers: Vec::new(),
             batch_size,
             clocked: None,
+            park: Some((Arc::clone(&self.parked), (rank, ranks))),
         };
         // No whole batch with drop_last: a pass of none, as DataLoader's (no workers started).
         if empty {
             return Ok(pass(None));
         }
+        let parked = {
+            let mut slot = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+            match slot.take() {
+                Some((key, loader)) if key == (rank, ranks) => Some(loader),
+                other => {
+                    *slot = other;
+                    None
+                }
+            }
+        };
         let (dataset, pipeline) = (
             Arc::clone(&self.setup.dataset),
             Arc::clone(&self.setup.pipeline),
         );
         let loader = py
             .detach(|| {
-                let mut loader = Loader::new(dataset, pipeline, cfg)?;
+                let mut loader = match parked {
+                    Some(loader) => loader,
+                    None => Loader::new(dataset, pipeline, cfg)?,
+                };
                 let first = epoch * loader.batches_per_epoch();
-                if first > 0 {
+                if loader.position() != first {
                     loader.restart_at(first)?;
                 }
                 Ok::<_, loaderlab::loader::LoaderError>(loader)
             })
             .map_err(|e| LoaderError::new_err(e.to_string()))?;
         Ok(pass(Some(loader)))
+    }
+
+    /// Stop the loader parked between passes (its workers joined, its buffers freed).
+    fn close(&self, py: Python<'_>) {
+        let parked = self.parked.lock().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(|| drop(parked));
     }
 
     /// Sample `index` of `epoch` through the chain op by op: its image as read (channels,
@@ -316,7 +347,8 @@ impl NativeLoader {
 }
 
 /// One pass (one epoch) over a condition's batches, each handed over as a pair of DLPack
-/// capsules; a loader of its own, stopped at the pass's end or on `close`.
+/// capsules; a loader of its own while it runs, parked for the next pass at the pass's end or
+/// on `close` (stopped instead where another is parked already).
 #[pyclass(module = "loaderlab._loaderlab")]
 struct NativePass {
     /// None once closed. (A mutex only to make the class `Sync`, as PyO3 asks: every method
@@ -335,6 +367,9 @@ struct NativePass {
     batch_size: usize,
     /// The stage clocks as the pass closed (a watched pass).
     clocked: Option<loaderlab::loader::StageTotals>,
+    /// Where the loader is parked when the pass ends, for the next pass (with the (rank,
+    /// ranks) it serves).
+    park: Option<(Parked, (usize, usize))>,
 }
 
 #[pymethods]
@@ -343,6 +378,8 @@ impl NativePass {
     /// `loaderlab.watch`.
     fn clock_stages(&mut self, on: bool) {
         if let Ok(loader) = self.loader() {
+            // This pass's counts only (a parked loader carries the last pass's).
+            loader.reset_stage_clocks();
             loader.clock_stages(on);
         }
     }
@@ -422,7 +459,21 @@ impl NativePass {
             .take()
         {
             self.clocked = Some(loader.stage_totals());
-            py.detach(|| drop(loader));
+            loader.clock_stages(false);
+            // Parked for the next pass where the slot is free; else stopped here.
+            let rest = match &self.park {
+                Some((slot, key)) => {
+                    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+                    if slot.is_none() {
+                        *slot = Some((*key, loader));
+                        None
+                    } else {
+                        Some(loader)
+                    }
+                }
+                None => Some(loader),
+            };
+            py.detach(|| drop(rest));
         }
         self.returned
             .lock()

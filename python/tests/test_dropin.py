@@ -5,6 +5,7 @@ Run: `bash scripts/test-python.sh` (builds the module into target/venv, then run
 """
 
 import hashlib
+from pathlib import Path
 import re
 
 import numpy as np
@@ -108,6 +109,44 @@ def test_shuffle_and_num_workers_as_the_dataloader(root):
     assert items(loaderlab.Loader(ds, batch_size=8, shuffle=True)) == a
     g = torch.Generator().manual_seed(4)
     assert items(loaderlab.Loader(ds, batch_size=8, shuffle=True, generator=g)) != first
+
+
+def worker_threads():
+    """This process's loader worker threads, by name."""
+    return sorted(
+        p.read_text().strip() for p in Path("/proc/self/task").glob("*/comm") if "worker" in p.read_text()
+    )
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_finished_pass_hands_its_loader_to_the_next(root, persistent):
+    ds = folder(root, FIXED)
+    args = dict(batch_size=8, shuffle=True, seed=5, num_workers=2, persistent_workers=persistent)
+    loader = loaderlab.Loader(ds, **args)
+    epochs = []
+    for _ in range(3):
+        batches = list(loader)
+        epochs.append(items(batches))
+        if persistent:
+            # Its workers live on between epochs, as a DataLoader's persistent workers.
+            assert len(worker_threads()) == 2, worker_threads()
+        del batches
+    # Each epoch the batches of a fresh loader set to it, break or not.
+    for e in range(3):
+        fresh = loaderlab.Loader(ds, **args)
+        fresh.set_epoch(e)
+        assert items(fresh) == epochs[e]
+        fresh.close()
+    # A pass left early: the next pass starts its own epoch from its first batch.
+    it = iter(loader)
+    next(it)
+    del it
+    fresh = loaderlab.Loader(ds, **args)
+    fresh.set_epoch(4)
+    assert items(loader) == items(fresh)
+    loader.close()
+    fresh.close()
+    assert not worker_threads()
 
 
 def test_two_live_iterators_each_see_a_whole_epoch(root):

@@ -470,6 +470,11 @@ impl Loader {
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Start the stage clocks' counts afresh.
+    pub fn reset_stage_clocks(&self) {
+        self.source.stages.reset();
+    }
+
     /// What the stage clocks measured so far (profiled runs only; zeros otherwise).
     pub fn stage_totals(&self) -> StageTotals {
         self.source.stages.snapshot()

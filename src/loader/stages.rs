@@ -148,6 +148,19 @@ impl StageClock {
         t.queue_full_ns += ns;
     }
 
+    /// Start the counts afresh (the stages' names kept).
+    pub fn reset(&self) {
+        let mut t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
+        let n = t.stages.len();
+        *t = StageTotals {
+            stages: std::mem::take(&mut t.stages),
+            count: vec![0; n],
+            ns: vec![0; n],
+            sample_every: t.sample_every,
+            ..StageTotals::default()
+        };
+    }
+
     pub fn snapshot(&self) -> StageTotals {
         self.totals
             .lock()
