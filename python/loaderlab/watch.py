@@ -226,7 +226,9 @@ class _Mark:
     def __exit__(self, *exc: object) -> None:
         """Stop timing; the span belongs to the step in progress."""
         w = self.watch
-        w._marks.append((w._recorder.steps, self.name, (_clock() - self.t0) / 1e6))
+        # The steps recorded so far, and on CUDA those awaiting their events: this step's index.
+        step = w._recorder.steps + len(w._events)
+        w._marks.append((step, self.name, (_clock() - self.t0) / 1e6))
 
 
 class Watch:
