@@ -244,6 +244,22 @@ def test_a_subset_is_timed_through_its_dataset(tmp_path):
     assert stages["stages"][2]["count"] == 48
 
 
+def test_workers_started_by_spawn_carry_the_clocks_too(tmp_path):
+    """A spawned worker (macOS's and Windows' default; forkserver, Python 3.14's on Linux, the
+    same way) gets the dataset pickled with the watch's wrappers."""
+    loader = DataLoader(Items(64), batch_size=8, num_workers=2, multiprocessing_context="spawn")
+    with loaderlab.watch(loader, out=str(tmp_path / "spawn"), every=1) as w:
+        assert sum(1 for _ in w) == 8
+    stages = json.loads((tmp_path / "spawn" / "stages.json").read_text())
+    assert [(s["name"], s["count"]) for s in stages["stages"]] == [
+        ("__getitem__ (own code)", 64),
+        ("Scale", 64),
+        ("Planted", 64),
+        ("collate", 8),
+    ]
+    assert stages["handoff_batches"] == 8
+
+
 def test_out_holding_another_run_is_refused(watched):
     loader = DataLoader(Items(16), batch_size=4)
     with pytest.raises(ValueError, match="another watched run"):
