@@ -86,9 +86,33 @@ pub fn thousands(v: f64) -> String {
     }
 }
 
+/// `unix_s` as a UTC date and time, e.g. "2026-12-07 22:31 UTC" (the civil calendar from days
+/// since 1970, Howard Hinnant's `civil_from_days`).
+pub fn utc(unix_s: u64) -> String {
+    let days = (unix_s / 86_400) as i64;
+    let (hour, minute) = ((unix_s % 86_400) / 3600, (unix_s % 3600) / 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_reads_as_a_utc_date() {
+        assert_eq!(utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc(1_796_683_860), "2026-12-07 22:51 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00 UTC");
+    }
 
     #[test]
     fn figures_print_at_the_precision_a_person_compares() {

@@ -22,6 +22,7 @@ use crate::config::{
     Condition, EngineKind, Experiment, ModelKind, ProtocolSection, ReportSection, RunOrder,
     Settings, resolved_toml,
 };
+use crate::format::utc;
 use crate::plan::{Plan, PlanCondition, PlanExperiment, PlannedRun};
 use crate::results::{
     CONFIG_TOML, ComputeDevice, ConditionMeta, EngineRecord, Environment, PLAN_JSON, RUN_JSON,
@@ -86,9 +87,11 @@ impl Recorder {
             return Err(folder_err(
                 dir,
                 format!(
-                    "it holds another watched run ({:?}, started at {} s since 1970 by {:?}): \
-                     choose another `out`, or remove the folder to record over it",
-                    other.name, other.started_unix_s, other.command
+                    "it holds another watched run ({:?}, started {} by {:?}): choose another \
+                     `out`, or remove the folder to record over it",
+                    other.name,
+                    utc(other.started_unix_s),
+                    other.command
                 ),
             ));
         }
