@@ -841,3 +841,29 @@ fn check_transforms_names_the_interpreter_it_needs() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--condition"));
 }
+
+/// `loaderlab watch` runs in Python: without loaderlab in the interpreter it names it and the
+/// way out; without --out or a command it says what it needs.
+#[test]
+fn watch_names_the_interpreter_it_needs() {
+    let out = loaderlab()
+        .args(["watch", "--out", "runs/x", "--", "python3", "train.py"])
+        .env("LOADERLAB_PYTHON", "/bin/false")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("/bin/false cannot import loaderlab") && stderr.contains("pip install"),
+        "{stderr}"
+    );
+    let out = loaderlab()
+        .args(["watch", "--", "python3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--out DIR"));
+    let out = loaderlab().args(["watch", "--out", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the command after --"));
+}

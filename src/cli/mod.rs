@@ -17,6 +17,7 @@ mod slurm;
 mod tune;
 mod validate;
 mod verify;
+mod watch;
 
 use std::path::{Path, PathBuf};
 
@@ -118,6 +119,18 @@ enum Command {
         /// Condition whose chain to check (default: the first).
         #[arg(long)]
         condition: Option<String>,
+    },
+    /// Run COMMAND (a script that cannot be edited) with every torch DataLoader it iterates
+    /// watched by loaderlab.watch into --out DIR (the next into DIR-2, …), each folder completed
+    /// with its report as the script ends; exits 1 when COMMAND fails. Runs in Python
+    /// (`pip install loaderlab` in LOADERLAB_PYTHON, else python3).
+    Watch {
+        /// One item in N is timed transform by transform inside the DataLoader.
+        #[arg(long, default_value_t = 16)]
+        every: u64,
+        /// The command, after --.
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
     },
     /// Measure speed: `bench FILE` times the transform chain (one thread) and the loader at
     /// 0, 1, 2 workers; `bench step` times the training step at 1 and 2 threads (and PyTorch's,
@@ -255,6 +268,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         } => {
             check_transforms::check_transforms(&experiment, &overrides, g, n, condition.as_deref())
         }
+        Command::Watch { every, command } => watch::watch(g, every, &command),
         Command::Bench(args) => bench::bench(&args, &overrides, g),
         Command::Tune(args) => tune::tune(&args, &overrides, g),
         Command::Slurm(args) => slurm::slurm(&args, &overrides, g),
