@@ -33,7 +33,7 @@ from torchvision import datasets
 from torchvision import transforms as T
 
 import loaderlab
-from loaderlab.watch import _Clocks, _TimedCompose, _TimedItems
+from loaderlab.stages import _Clocks, _TimedCompose, _TimedItems
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

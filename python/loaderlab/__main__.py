@@ -60,10 +60,18 @@ def watch_command(argv: list[str]) -> int:
     env["LOADERLAB_WATCH_OUT"] = os.path.abspath(args.out)
     env["LOADERLAB_WATCH_EVERY"] = str(args.every)
     try:
-        return subprocess.call(command, env=env)
+        status = subprocess.call(command, env=env)
     except OSError as e:
         print(f"error: loaderlab watch: cannot run {command[0]!r}: {e}", file=sys.stderr)
         return 2
+    if status == 0 and not os.path.isdir(env["LOADERLAB_WATCH_OUT"]):
+        print(
+            f"error: loaderlab watch: {args.out} was not written: the command iterated no torch "
+            "DataLoader, or the hook could not load (a message above says why)",
+            file=sys.stderr,
+        )
+        return 1
+    return status
 
 
 def main() -> int:

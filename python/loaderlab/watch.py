@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import _loaderlab
+from .stages import Clocked, LoaderClocks
 
 __all__ = ["Watch", "watch"]
 
@@ -42,140 +43,8 @@ _EVENTS_IN_FLIGHT = 8
 
 _clock = time.perf_counter_ns
 _watches: dict[str, Watch] = {}
-# DataLoader.__iter__ before `loaderlab watch -- COMMAND` hooked it (None: not hooked).
+# DataLoader.__iter__ before `loaderlab watch -- COMMAND` hooked it (None: not hooked; see hook.py).
 _original_iter: Any = None
-
-
-class _Clocks:
-    """The stage clocks of one process (copied into each DataLoader worker as it starts)."""
-
-    def __init__(self, every: int) -> None:
-        """Nothing counted; one item in `every` timed transform by transform."""
-        self.every = every
-        self.n = 0
-        self.sampling = False
-        self.reset()
-
-    def reset(self) -> None:
-        """Start afresh (what was counted went back with a batch)."""
-        self.items_ns = 0
-        self.items_cpu_ns = 0
-        self.sampled = 0
-        self.sampled_ns = 0
-        self.ops: dict[str, list[int]] = {}
-
-    def take(self, collate_ns: int, collate_cpu_ns: int) -> tuple[Any, ...]:
-        """This batch's clocks, started afresh."""
-        out = (
-            self.items_ns + collate_ns,
-            self.items_cpu_ns + collate_cpu_ns,
-            self.sampled,
-            self.sampled_ns,
-            self.ops,
-            collate_ns,
-        )
-        self.reset()
-        return out
-
-
-class _Clocked:
-    """A batch with the clocks of its build, on its way from a worker to the watched loop."""
-
-    __slots__ = ("batch", "clocks", "ready_ns")
-
-    def __init__(self, batch: Any, ready_ns: int, clocks: tuple[Any, ...]) -> None:  # noqa: ANN401
-        """`batch`, ready at `ready_ns`, built as `clocks` say."""
-        self.batch, self.ready_ns, self.clocks = batch, ready_ns, clocks
-
-    def pin_memory(self, *args: Any) -> _Clocked:  # noqa: ANN401
-        """The batch page-locked, as the DataLoader's pin_memory thread asks."""
-        from torch.utils.data._utils.pin_memory import pin_memory
-
-        self.batch = pin_memory(self.batch, *args)
-        return self
-
-
-class _TimedItems:
-    """The dataset's `__getitems__`: each item's fetch timed, one in `every` sampled."""
-
-    def __init__(self, dataset: Any, clocks: _Clocks, own: Any) -> None:  # noqa: ANN401
-        """Items of `dataset` (through its own `__getitems__` where it has one)."""
-        self.dataset, self.clocks, self.own = dataset, clocks, own
-
-    def __call__(self, indices: list[int]) -> list[Any]:
-        """The items at `indices`, timed."""
-        c = self.clocks
-        if self.own is not None:
-            t0, p0 = _clock(), time.process_time_ns()
-            items = self.own(indices)
-            c.items_ns += _clock() - t0
-            c.items_cpu_ns += time.process_time_ns() - p0
-            return items
-        out = []
-        get = self.dataset.__class__.__getitem__
-        p0 = time.process_time_ns()
-        for i in indices:
-            c.n += 1
-            sample = c.n % c.every == 0
-            c.sampling = sample
-            t0 = _clock()
-            out.append(get(self.dataset, i))
-            dt = _clock() - t0
-            c.items_ns += dt
-            if sample:
-                c.sampled += 1
-                c.sampled_ns += dt
-                c.sampling = False
-        c.items_cpu_ns += time.process_time_ns() - p0
-        return out
-
-
-class _TimedCompose:
-    """The dataset's `Compose`: each transform timed by class name on sampled items."""
-
-    def __init__(self, compose: Any, clocks: _Clocks) -> None:  # noqa: ANN401
-        """`compose`'s transforms, named by class (a repeated class numbered)."""
-        self.compose, self.clocks = compose, clocks
-        self.names = []
-        for t in compose.transforms:
-            name = type(t).__name__
-            k = 2
-            while name in self.names:
-                name = f"{type(t).__name__} #{k}"
-                k += 1
-            self.names.append(name)
-
-    def __call__(self, img: Any) -> Any:  # noqa: ANN401
-        """`img` through the transforms, each timed when the item is sampled."""
-        if not self.clocks.sampling:
-            return self.compose(img)
-        ops = self.clocks.ops
-        for name, t in zip(self.names, self.compose.transforms):
-            t0 = _clock()
-            img = t(img)
-            e = ops.setdefault(name, [0, 0])
-            e[0] += 1
-            e[1] += _clock() - t0
-        return img
-
-    def __repr__(self) -> str:
-        """The Compose's own repr."""
-        return repr(self.compose)
-
-
-class _TimedCollate:
-    """The DataLoader's collate: timed; the batch leaves with its clocks."""
-
-    def __init__(self, collate: Any, clocks: _Clocks) -> None:  # noqa: ANN401
-        """`collate`, timed on `clocks`."""
-        self.collate, self.clocks = collate, clocks
-
-    def __call__(self, items: list[Any]) -> _Clocked:
-        """The batch of `items`, with the clocks of its build."""
-        t0, p0 = _clock(), time.process_time_ns()
-        batch = self.collate(items)
-        t1 = _clock()
-        return _Clocked(batch, t1, self.clocks.take(t1 - t0, time.process_time_ns() - p0))
 
 
 def _sizer(batch: Any) -> Any:  # noqa: ANN401
@@ -254,25 +123,15 @@ class Watch:
         self._marks: list[tuple[int, str, float]] = []
         self._marks_written = 0
         self._native_totals: str | None = None
-        self._stages: dict[str, Any] = {
-            "batches": 0,
-            "build_ns": 0,
-            "build_cpu_ns": 0,
-            "sampled": 0,
-            "sampled_ns": 0,
-            "ops": {},
-            "collate": [0, 0],
-            "handoff": [0, 0],
-        }
-        self._installed: list[tuple[Any, str, Any]] = []
-        self._clocks = _Clocks(every)
+        self._clocks = LoaderClocks(every)
         dataset = getattr(loader, "dataset", None)
-        self._transforms = self._instrument(dataset)
+        self._transforms = self._clocks.install(loader)
         shown, kind, threads = _describe_device(device)
         self._cuda = kind == "cuda"
         self._events: list[tuple[Any, ...]] = []
         self._free_events: list[Any] = []
         workers = int(getattr(loader, "num_workers", 0) or 0)
+        self._workers = workers
         cls = type(loader)
         loader_name = (
             "torch.utils.data.DataLoader"
@@ -311,74 +170,12 @@ class Watch:
         try:
             self._recorder = _loaderlab.Recorder(self.out, json.dumps(info))
         except BaseException:
-            self._uninstall()
+            self._clocks.uninstall(loader)
             raise
         self._loader_name = loader_name
         self._checked = _clock()
 
-    # The stage clocks inside a torch DataLoader.
-
-    def _instrument(self, dataset: Any) -> list[str]:  # noqa: ANN401
-        """Time `dataset`'s items, its Compose's transforms and the loader's collate (a torch
-        DataLoader over a map-style dataset, batched); the transforms' names."""
-        import torch
-
-        loader = self.loader
-        if not isinstance(loader, torch.utils.data.DataLoader) or dataset is None:
-            return []
-        if isinstance(dataset, torch.utils.data.IterableDataset) or loader.batch_size is None:
-            return []
-        clocks = self._clocks
-        names: list[str] = []
-        # A Subset (random_split) fetches through its dataset's __getitems__: time that one.
-        while isinstance(dataset, torch.utils.data.Subset):
-            dataset = dataset.dataset
-        compose = getattr(dataset, "transform", None)
-        if compose is not None and isinstance(getattr(compose, "transforms", None), (list, tuple)):
-            timed = _TimedCompose(compose, clocks)
-            self._installed.append((dataset, "transform", compose))
-            dataset.transform = timed
-            names = timed.names
-        own = dataset.__dict__.get("__getitems__", getattr(dataset, "__getitems__", None))
-        self._installed.append((dataset, "__getitems__", dataset.__dict__.get("__getitems__")))
-        dataset.__getitems__ = _TimedItems(dataset, clocks, own)
-        self._installed.append((loader, "collate_fn", loader.collate_fn))
-        loader.collate_fn = _TimedCollate(loader.collate_fn, clocks)
-        return names
-
-    def _uninstall(self) -> None:
-        """Give the dataset and the loader back as they were; persistent workers that carry the
-        clocks are shut down (the next pass starts fresh ones)."""
-        for obj, attr, before in reversed(self._installed):
-            if attr == "__getitems__" and before is None:
-                obj.__dict__.pop("__getitems__", None)
-            else:
-                setattr(obj, attr, before)
-        self._installed.clear()
-        it = getattr(self.loader, "_iterator", None)
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
-            self.loader._iterator = None
-
-    def _absorb(self, clocked: _Clocked, asked: int, got: int) -> Any:  # noqa: ANN401
-        """The batch inside `clocked`, its clocks added up."""
-        s = self._stages
-        build, cpu, sampled, sampled_ns, ops, collate = clocked.clocks
-        s["batches"] += 1
-        s["build_ns"] += build
-        s["build_cpu_ns"] += cpu
-        s["sampled"] += sampled
-        s["sampled_ns"] += sampled_ns
-        s["collate"][0] += 1
-        s["collate"][1] += collate
-        for k, v in ops.items():
-            e = s["ops"].setdefault(k, [0, 0])
-            e[0] += v[0]
-            e[1] += v[1]
-        if self.loader.num_workers > 0:
-            s["handoff"][0] += 1
-            s["handoff"][1] += max(0, got - max(clocked.ready_ns, asked))
-        return clocked.batch
+    # What was measured, to the folder.
 
     def _write_stages(self, native: Any = None) -> None:  # noqa: ANN401
         """stages.json: the clocks so far (with a live native pass's)."""
@@ -395,28 +192,9 @@ class Watch:
         if self._native_totals is not None:
             self._recorder.stages(self._native_totals)
             return
-        s = self._stages
-        if not s["batches"]:
-            return
-        ops_ns = sum(v[1] for v in s["ops"].values())
-        stages = [
-            {"name": "__getitem__ (own code)", "count": s["sampled"], "ns": max(0, s["sampled_ns"] - ops_ns)}
-        ]
-        stages += [{"name": k, "count": v[0], "ns": v[1]} for k, v in s["ops"].items()]
-        stages.append({"name": "collate", "count": s["collate"][0], "ns": s["collate"][1]})
-        self._recorder.stages(
-            json.dumps(
-                {
-                    "batches": s["batches"],
-                    "build_ns": s["build_ns"],
-                    "build_cpu_ns": s["build_cpu_ns"],
-                    "stages": stages,
-                    "handoff_batches": s["handoff"][0],
-                    "handoff_ns": s["handoff"][1],
-                    "every": self.every,
-                }
-            )
-        )
+        fields = self._clocks.json()
+        if fields is not None:
+            self._recorder.stages(fields)
 
     def _write_marks(self) -> None:
         """marks.csv: the user's own spans so far."""
@@ -471,7 +249,7 @@ class Watch:
             raise ValueError(f"loaderlab.watch: the watch into {self.out} has ended")
         epoch = self._epoch
         self._epoch += 1
-        step, cuda = self._recorder.step, self._cuda
+        step, cuda, workers = self._recorder.step, self._cuda, self._workers
         nan = float("nan")
         asked = _clock()
         if _original_iter is not None and self._loader_name == "torch.utils.data.DataLoader":
@@ -504,8 +282,8 @@ class Watch:
                         self._settle(False)
                     else:
                         step(wait, asked - asked_before, nan, images, epoch)
-                if type(batch) is _Clocked:
-                    batch = self._absorb(batch, asked, got)
+                if type(batch) is Clocked:
+                    batch = self._clocks.absorb(batch, asked, got, workers)
                 if size is None:
                     size = _sizer(batch)
                 images = size(batch)
@@ -543,7 +321,7 @@ class Watch:
         folder (`loaderlab report OUT` reads it)."""
         if self._recorder is None:
             return
-        self._uninstall()
+        self._clocks.uninstall(self.loader)
         try:
             self._write_stages()
             self._write_marks()
@@ -589,29 +367,6 @@ def watch(
     w = Watch(loader, out, every=every, block_steps=block_steps, name=name, device=device)
     _watches[key] = w
     return w
-
-
-def _install_hook(out: str, every: int) -> None:
-    """Watch every torch DataLoader this process iterates: the first into `out`, the next into
-    `out-2`, `out-3` … (each loader keeps its folder across epochs)."""
-    global _original_iter
-    from torch.utils.data import DataLoader
-
-    if _original_iter is not None:
-        return
-    _original_iter = DataLoader.__iter__
-    folders: dict[int, str] = {}
-
-    def __iter__(self: DataLoader) -> Iterator[Any]:
-        key = id(self)
-        if key not in folders:
-            folders[key] = out if not folders else f"{out}-{len(folders) + 1}"
-            print(
-                f"loaderlab watch: {type(self.dataset).__name__} DataLoader → {folders[key]}", file=sys.stderr
-            )
-        return iter(watch(self, folders[key], every=every))
-
-    DataLoader.__iter__ = __iter__
 
 
 @atexit.register

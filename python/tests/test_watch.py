@@ -312,6 +312,11 @@ def test_the_command_line_form_finds_the_scripts_dataloader(tmp_path):
     assert len(rows(out / "steps.csv")) == 16
     assert (out / "plan.json").is_file()
     assert command("verify", str(out)).returncode == 0
+    # A command that iterates no DataLoader leaves nothing to read: said, exit 1.
+    quiet = tmp_path / "quiet.py"
+    quiet.write_text("print('no loader')\n")
+    r = command("watch", "--out", str(tmp_path / "none"), "--", sys.executable, str(quiet))
+    assert r.returncode == 1 and "iterated no torch DataLoader" in r.stderr, r.stderr
 
 
 def test_diagnose_emit_on_a_watched_folder_writes_a_valid_experiment(watched, tmp_path):

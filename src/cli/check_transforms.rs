@@ -4,11 +4,9 @@
 //! runs `python -m loaderlab check-transforms`, which needs `pip install loaderlab` there.
 
 use std::path::Path;
-use std::process::Command;
 
-use super::exit::Status;
 use super::experiment::load;
-use super::{Failure, Global};
+use super::{Failure, Global, python};
 use crate::config::Overrides;
 use crate::runner::engine::child::interpreter;
 
@@ -31,35 +29,20 @@ pub(super) fn check_transforms(
         ));
     }
     let python = interpreter(&chosen.settings.pytorch);
-    let import = Command::new(&python)
-        .args(["-c", "import loaderlab.check, torchvision"])
-        .output()
-        .map_err(|e| {
-            Failure::Failed(format!(
-                "cannot start the Python interpreter {python:?}: {e}"
-            ))
-        })?;
-    if !import.status.success() {
-        return Err(Failure::Failed(format!(
-            "check-transforms runs torchvision's side in Python, and {python} cannot import \
-             loaderlab and torchvision ({}); pip install loaderlab torchvision there, or set \
-             [pytorch] python (or LOADERLAB_PYTHON) to an interpreter that has them",
-            String::from_utf8_lossy(&import.stderr)
-                .lines()
-                .last()
-                .unwrap_or("no message")
-        )));
-    }
-    let mut cmd = Command::new(&python);
-    cmd.args(["-m", "loaderlab", "check-transforms"])
-        .arg(file)
-        .args(["-n", &n.to_string(), "--condition", &chosen.name]);
-    let status = cmd
-        .status()
-        .map_err(|e| Failure::Failed(format!("cannot start {python}: {e}")))?;
-    match status.code() {
-        Some(0) => Ok(()),
-        Some(2) => Err(Failure::Reported(Status::Invalid)),
-        _ => Err(Failure::Reported(Status::Failed)),
-    }
+    python::requiring(
+        &python,
+        "loaderlab.check, torchvision",
+        "loaderlab and torchvision",
+        "check-transforms runs torchvision's side in Python",
+    )?;
+    let n = n.to_string();
+    let args = [
+        "check-transforms".as_ref(),
+        file.as_os_str(),
+        "-n".as_ref(),
+        n.as_ref(),
+        "--condition".as_ref(),
+        chosen.name.as_ref(),
+    ];
+    python::loaderlab(&python, args)
 }

@@ -10,6 +10,7 @@ mod experiment;
 mod merge;
 mod plan;
 mod preview;
+mod python;
 mod report;
 mod run;
 mod selftest;

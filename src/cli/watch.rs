@@ -3,10 +3,9 @@
 //! `LOADERLAB_PYTHON` names (else `python3`) runs `python -m loaderlab watch`, which needs
 //! `pip install loaderlab` there, and starts COMMAND with the hook first on its PYTHONPATH.
 
-use std::process::Command;
+use std::ffi::OsStr;
 
-use super::exit::Status;
-use super::{Failure, Global};
+use super::{Failure, Global, python};
 use crate::config::PytorchSection;
 use crate::runner::engine::child::interpreter;
 
@@ -24,35 +23,23 @@ pub(super) fn watch(g: &Global, every: u64, command: &[String]) -> Result<(), Fa
         ));
     }
     let python = interpreter(&PytorchSection::default());
-    let import = Command::new(&python)
-        .args(["-c", "import loaderlab.watch"])
-        .output()
-        .map_err(|e| {
-            Failure::Failed(format!(
-                "cannot start the Python interpreter {python:?}: {e}"
-            ))
-        })?;
-    if !import.status.success() {
-        return Err(Failure::Failed(format!(
-            "watch hooks the script's DataLoader in Python, and {python} cannot import loaderlab \
-             ({}); pip install loaderlab there, or set LOADERLAB_PYTHON to an interpreter that \
-             has it",
-            String::from_utf8_lossy(&import.stderr)
-                .lines()
-                .last()
-                .unwrap_or("no message")
-        )));
-    }
-    let status = Command::new(&python)
-        .args(["-m", "loaderlab", "watch", "--out"])
-        .arg(out)
-        .args(["--every", &every.to_string(), "--"])
-        .args(command)
-        .status()
-        .map_err(|e| Failure::Failed(format!("cannot start {python}: {e}")))?;
-    match status.code() {
-        Some(0) => Ok(()),
-        Some(2) => Err(Failure::Reported(Status::Invalid)),
-        _ => Err(Failure::Reported(Status::Failed)),
-    }
+    python::requiring(
+        &python,
+        "loaderlab.watch",
+        "loaderlab",
+        "watch hooks the script's DataLoader in Python",
+    )?;
+    let every = every.to_string();
+    let head = [
+        "watch".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+        "--every".as_ref(),
+        every.as_ref(),
+        "--".as_ref(),
+    ];
+    python::loaderlab(
+        &python,
+        head.into_iter().chain(command.iter().map(OsStr::new)),
+    )
 }

@@ -45,7 +45,7 @@ pub fn markdown(raw: &Raw, a: &Analysis, charts: &[(String, Vec<PathBuf>)]) -> S
             order_and_determinism(a)
         },
         super::node::section(a, raw.meta.environment.cores),
-        charts_section(charts),
+        charts_section(charts, watched),
         profiles(raw, a),
         warnings(raw, a),
         super::verdict::how_to_read(a, &raw.meta),
@@ -421,7 +421,7 @@ fn order_and_determinism(a: &Analysis) -> String {
     md
 }
 
-fn charts_section(charts: &[(String, Vec<PathBuf>)]) -> String {
+fn charts_section(charts: &[(String, Vec<PathBuf>)], watched: bool) -> String {
     if charts.is_empty() {
         return String::new();
     }
@@ -434,10 +434,16 @@ fn charts_section(charts: &[(String, Vec<PathBuf>)]) -> String {
             .and_then(|f| f.file_name())
             .map(|f| f.to_string_lossy().to_string())
             .unwrap_or_default();
-        let caption = CHARTS
-            .iter()
-            .find(|c| c.name == name)
-            .map_or("", |c| c.caption);
+        let caption = match CHARTS.iter().find(|c| c.name == name) {
+            // A watched job's stage clocks ran through the whole job, on its own sample.
+            Some(c) if watched && c.name == "stages" => {
+                "Your loader's work per image by stage over the whole watched run (each \
+                 transform timed on one item in `every`; per-batch stages divided by the batch \
+                 size; `hand_off` from a worker's ready batch to the loop holding it)."
+            }
+            Some(c) => c.caption,
+            None => "",
+        };
         let _ = writeln!(md, "![{name}]({CHARTS_DIR}/{file})\n\n{caption}\n");
     }
     md

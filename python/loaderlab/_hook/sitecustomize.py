@@ -4,6 +4,6 @@ every torch DataLoader the script iterates is watched (`loaderlab.watch`)."""
 import os
 
 if os.environ.get("LOADERLAB_WATCH_OUT"):
-    from loaderlab.watch import _install_hook
+    from loaderlab.hook import install
 
-    _install_hook(os.environ["LOADERLAB_WATCH_OUT"], int(os.environ.get("LOADERLAB_WATCH_EVERY", "16")))
+    install(os.environ["LOADERLAB_WATCH_OUT"], int(os.environ.get("LOADERLAB_WATCH_EVERY", "16")))

@@ -54,7 +54,14 @@ pub fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, d: &ChartData) ->
     };
     let labels: Vec<String> = names.iter().rev().cloned().collect();
     let mut chart = ChartBuilder::on(&plot)
-        .caption("Loader work per image, by stage (profiled runs)", TITLE)
+        .caption(
+            if d.job.is_empty() {
+                "Loader work per image, by stage (profiled runs)"
+            } else {
+                "Loader work per image, by stage (the whole watched run)"
+            },
+            TITLE,
+        )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(190)
